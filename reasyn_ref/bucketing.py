@@ -1,0 +1,29 @@
+"""Shape buckets: the few shapes a CUDA-graph cache captures."""
+
+from __future__ import annotations
+
+SEQ_BUCKET = 64
+
+
+def bucket_batch(n: int) -> int:
+    """The next power of two at or above n (n >= 1)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"bucket_batch: n must be an int >= 1, got {n!r}")
+    return 1 << (n - 1).bit_length()
+
+
+def bucket_seq(length: int, max_len: int) -> int:
+    """The next multiple of 64 at or above length, capped at max_len (1 <= length <= max_len)."""
+    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
+        raise ValueError(f"bucket_seq: max_len must be an int >= 1, got {max_len!r}")
+    if not isinstance(length, int) or isinstance(length, bool) or not 1 <= length <= max_len:
+        raise ValueError(f"bucket_seq: length must be an int in [1, {max_len}], got {length!r}")
+    return min(-(-length // SEQ_BUCKET) * SEQ_BUCKET, max_len)
+
+
+def is_batch_bucket(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+def is_seq_bucket(length: int, max_len: int) -> bool:
+    return 1 <= length <= max_len and (length % SEQ_BUCKET == 0 or length == max_len)

@@ -1,0 +1,102 @@
+"""Model configurations: defaults are the upstream ReaSyn v2 AR model."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """The autoregressive decoder: token embedding, sinusoidal positions, 10 pre-norm layers."""
+
+    d_model: int = 768
+    nhead: int = 16
+    dim_feedforward: int = 4096
+    num_layers: int = 10
+    vocab_size: int = 272
+    max_len: int = 512
+    pad_token: int = 0
+    start_token: int = 1
+    end_token: int = 2
+    # Reaction tokens: the part of the vocabulary upstream compares top-k orders over.
+    reaction_tokens: tuple[int, int] = (157, 272)
+    norm_first: bool = True
+    batch_first: bool = True
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "d_model", "nhead", "dim_feedforward", "num_layers", "vocab_size")
+        _check_positive(self, "max_len")
+        if self.d_model % self.nhead:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by nhead ({self.nhead})")
+        for name in ("pad_token", "start_token", "end_token"):
+            if not 0 <= getattr(self, name) < self.vocab_size:
+                raise ValueError(f"{name} must be in [0, vocab_size={self.vocab_size})")
+        lo, hi = self.reaction_tokens
+        if not 0 <= lo < hi <= self.vocab_size:
+            raise ValueError(f"reaction_tokens {self.reaction_tokens} must lie in [0, vocab_size]")
+        if not (self.norm_first and self.batch_first):
+            raise ValueError("the reference decoder is pre-norm and batch-first, as upstream")
+
+    @classmethod
+    def tiny(cls) -> DecoderConfig:
+        """Small widths for fast CPU tests; vocabulary and max_len stay upstream's."""
+        return cls(d_model=32, nhead=4, dim_feedforward=64, num_layers=2)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DecoderConfig:
+        return cls(**_known_fields(cls, data))
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """The SMILES encoder whose output is the decoder's memory."""
+
+    d_model: int = 768
+    nhead: int = 16
+    dim_feedforward: int = 4096
+    num_layers: int = 6
+    vocab_size: int = 200
+    max_len: int = 256
+    pad_token: int = 0
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "d_model", "nhead", "dim_feedforward", "num_layers", "vocab_size")
+        _check_positive(self, "max_len")
+        if self.d_model % self.nhead:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by nhead ({self.nhead})")
+        if not 0 <= self.pad_token < self.vocab_size:
+            raise ValueError(f"pad_token must be in [0, vocab_size={self.vocab_size})")
+
+    @classmethod
+    def tiny(cls) -> EncoderConfig:
+        return cls(d_model=32, nhead=4, dim_feedforward=64, num_layers=2)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EncoderConfig:
+        return cls(**_known_fields(cls, data))
+
+
+def _check_positive(config: object, *names: str) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} fields: {', '.join(unknown)}")
+    out = dict(data)
+    if "reaction_tokens" in out:
+        out["reaction_tokens"] = tuple(out["reaction_tokens"])
+    return out

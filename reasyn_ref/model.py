@@ -1,0 +1,270 @@
+"""The reference decoder and encoder: upstream ReaSyn's AR model, made capture-clean.
+
+Upstream builds a causal mask on every forward and leaves ``tgt_is_causal=None``, so
+``nn.TransformerDecoder`` compares that mask with a fresh one and calls ``bool(...)`` on the
+result: a device-to-host sync per forward, which also makes the forward uncapturable. Here the
+mask is built once (a non-persistent buffer sliced per length) and ``tgt_is_causal=True`` /
+``memory_is_causal=False`` are passed explicitly, so no comparison runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .config import DecoderConfig, EncoderConfig
+
+
+def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
+    """The classic sin/cos position table, [max_len, d_model]."""
+    position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
+    freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(1e4) / d_model))
+    table = torch.zeros(max_len, d_model)
+    table[:, 0::2] = torch.sin(position * freq)
+    table[:, 1::2] = torch.cos(position * freq[: d_model // 2])
+    return table
+
+
+def causal_mask(size: int) -> Tensor:
+    """Float mask with -inf above the diagonal, as nn.Transformer builds it."""
+    return torch.triu(torch.full((size, size), float("-inf")), diagonal=1)
+
+
+class Decoder(nn.Module):
+    """Token embedding + positions -> pre-norm TransformerDecoder -> MLP head at one position."""
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.config = config
+        d = config.d_model
+        self.embed = nn.Embedding(config.vocab_size, d)
+        self.register_buffer("positions", sinusoidal_positions(config.max_len, d), persistent=False)
+        self.register_buffer("causal", causal_mask(config.max_len), persistent=False)
+        layer = nn.TransformerDecoderLayer(
+            d_model=d,
+            nhead=config.nhead,
+            dim_feedforward=config.dim_feedforward,
+            dropout=0.0,
+            batch_first=True,
+            norm_first=True,
+        )
+        self.transformer = nn.TransformerDecoder(layer, config.num_layers, norm=nn.LayerNorm(d))
+        self.head = nn.Sequential(
+            nn.Linear(d, 2 * d),
+            nn.ReLU(),
+            nn.Linear(2 * d, 2 * d),
+            nn.ReLU(),
+            nn.Linear(2 * d, config.vocab_size),
+        )
+
+    def forward(
+        self,
+        tokens: Tensor,
+        memory: Tensor,
+        memory_padding_mask: Tensor | None = None,
+        gather: Tensor | None = None,
+    ) -> Tensor:
+        """Logits [B, vocab] of the head at ``h[arange(B), gather]`` (gather defaults to L - 1).
+
+        Shapes and dtypes are always checked (free). Token and gather values are checked only
+        for CPU inputs: on a GPU that check would be the device-to-host sync this forward exists
+        to avoid, so callers that stage GPU inputs check values on the host copy
+        (``check_token_values``).
+        """
+        batch, length = check_decoder_inputs(
+            self.config, tokens, memory, memory_padding_mask, gather
+        )
+        if tokens.device.type == "cpu":
+            check_token_values(self.config, tokens, gather)
+        mask = self.causal[:length, :length]
+        h = self._embed(tokens, length)
+        h = self.transformer(
+            h,
+            memory,
+            tgt_mask=mask,
+            memory_key_padding_mask=memory_padding_mask,
+            tgt_is_causal=True,
+            memory_is_causal=False,
+        )
+        return self._head_at(h, gather, batch, length)
+
+    def forward_upstream(
+        self,
+        tokens: Tensor,
+        memory: Tensor,
+        memory_padding_mask: Tensor | None = None,
+        gather: Tensor | None = None,
+    ) -> Tensor:
+        """Upstream's forward, kept as the contrast the checks must catch: a fresh mask every
+        call and ``tgt_is_causal`` left as None (a host sync per call; not capturable)."""
+        batch, length = check_decoder_inputs(
+            self.config, tokens, memory, memory_padding_mask, gather
+        )
+        mask = nn.Transformer.generate_square_subsequent_mask(length, device=tokens.device)
+        h = self._embed(tokens, length)
+        h = self.transformer(h, memory, tgt_mask=mask, memory_key_padding_mask=memory_padding_mask)
+        return self._head_at(h, gather, batch, length)
+
+    def _embed(self, tokens: Tensor, length: int) -> Tensor:
+        return self.embed(tokens) + self.positions[:length]
+
+    def _head_at(self, h: Tensor, gather: Tensor | None, batch: int, length: int) -> Tensor:
+        if gather is None:
+            last = h[:, length - 1]
+        else:
+            rows = torch.arange(batch, device=h.device)
+            last = h[rows, gather]
+        return self.head(last)
+
+
+class Encoder(nn.Module):
+    """SMILES tokens -> memory for the decoder, once per target."""
+
+    def __init__(self, config: EncoderConfig, d_model: int | None = None) -> None:
+        super().__init__()
+        if d_model is not None and d_model != config.d_model:
+            raise ValueError(f"encoder d_model {config.d_model} != decoder d_model {d_model}")
+        self.config = config
+        d = config.d_model
+        self.embed = nn.Embedding(config.vocab_size, d, padding_idx=config.pad_token)
+        self.register_buffer("positions", sinusoidal_positions(config.max_len, d), persistent=False)
+        layer = nn.TransformerEncoderLayer(
+            d_model=d,
+            nhead=config.nhead,
+            dim_feedforward=config.dim_feedforward,
+            dropout=0.0,
+            batch_first=True,
+            norm_first=True,
+        )
+        # Nested tensors would make the output depend on the fast path's padding handling.
+        self.transformer = nn.TransformerEncoder(
+            layer, config.num_layers, norm=nn.LayerNorm(d), enable_nested_tensor=False
+        )
+
+    def forward(self, smiles: Tensor) -> tuple[Tensor, Tensor]:
+        """smiles: long [T, S] (pad = config.pad_token) -> (memory [T, S, d], padding mask [T, S])."""
+        if smiles.dtype != torch.long:
+            raise ValueError(f"smiles must be torch.long, got {smiles.dtype}")
+        if smiles.dim() != 2 or smiles.shape[1] < 1:
+            raise ValueError(f"smiles must be [targets, length >= 1], got {tuple(smiles.shape)}")
+        if smiles.shape[1] > self.config.max_len:
+            raise ValueError(
+                f"smiles length {smiles.shape[1]} exceeds max_len {self.config.max_len}"
+            )
+        if smiles.device.type == "cpu" and smiles.numel():
+            lo, hi = int(smiles.min()), int(smiles.max())
+            if lo < 0 or hi >= self.config.vocab_size:
+                raise ValueError(
+                    f"smiles holds token ids in [{lo}, {hi}]; vocab is [0, {self.config.vocab_size})"
+                )
+        padding = smiles == self.config.pad_token
+        h = self.embed(smiles) + self.positions[: smiles.shape[1]]
+        return self.transformer(h, src_key_padding_mask=padding), padding
+
+
+def expand_memory(memory: Tensor, padding_mask: Tensor, batch: int) -> tuple[Tensor, Tensor]:
+    """One target's memory [1, M, d] and mask [1, M] viewed over ``batch`` rows, no copy."""
+    if memory.dim() != 3 or memory.shape[0] != 1:
+        raise ValueError(f"memory must be one target [1, M, d], got {tuple(memory.shape)}")
+    if padding_mask.shape != memory.shape[:2]:
+        raise ValueError(
+            f"memory_padding_mask shape {tuple(padding_mask.shape)} != {tuple(memory.shape[:2])}"
+        )
+    return memory.expand(batch, -1, -1), padding_mask.expand(batch, -1)
+
+
+def check_decoder_inputs(
+    config: DecoderConfig,
+    tokens: Tensor,
+    memory: Tensor,
+    memory_padding_mask: Tensor | None,
+    gather: Tensor | None,
+) -> tuple[int, int]:
+    """Shape, dtype and device checks (no host sync); returns (batch, length)."""
+    if not isinstance(tokens, Tensor) or tokens.dtype != torch.long:
+        raise ValueError(f"tokens must be a torch.long tensor, got {_describe(tokens)}")
+    if tokens.dim() != 2 or tokens.shape[0] < 1 or tokens.shape[1] < 1:
+        raise ValueError(f"tokens must be [B >= 1, L >= 1], got shape {tuple(tokens.shape)}")
+    batch, length = tokens.shape
+    if length > config.max_len:
+        raise ValueError(f"tokens length {length} exceeds max_len {config.max_len}")
+    if not isinstance(memory, Tensor) or not memory.is_floating_point():
+        raise ValueError(f"memory must be a floating-point tensor, got {_describe(memory)}")
+    if memory.dim() != 3 or memory.shape[0] != batch or memory.shape[2] != config.d_model:
+        raise ValueError(
+            f"memory must be [B={batch}, M, d_model={config.d_model}], got {tuple(memory.shape)}"
+        )
+    _check_same_device("memory", memory, tokens)
+    if memory_padding_mask is not None:
+        if not isinstance(memory_padding_mask, Tensor) or memory_padding_mask.dtype != torch.bool:
+            raise ValueError(
+                f"memory_padding_mask must be a torch.bool tensor, got {_describe(memory_padding_mask)}"
+            )
+        if memory_padding_mask.shape != memory.shape[:2]:
+            raise ValueError(
+                f"memory_padding_mask must be [B, M] = {tuple(memory.shape[:2])}, "
+                f"got {tuple(memory_padding_mask.shape)}"
+            )
+        _check_same_device("memory_padding_mask", memory_padding_mask, tokens)
+    if gather is not None:
+        if not isinstance(gather, Tensor) or gather.dtype != torch.long:
+            raise ValueError(f"gather must be a torch.long tensor, got {_describe(gather)}")
+        if gather.shape != (batch,):
+            raise ValueError(f"gather must be [B={batch}], got {tuple(gather.shape)}")
+        _check_same_device("gather", gather, tokens)
+    return batch, length
+
+
+def check_token_values(config: DecoderConfig, tokens: Tensor, gather: Tensor | None) -> None:
+    """Value checks (a host read): token ids inside the vocabulary, gather inside [0, L)."""
+    lo, hi = int(tokens.min()), int(tokens.max())
+    if lo < 0 or hi >= config.vocab_size:
+        raise ValueError(
+            f"tokens holds ids in [{lo}, {hi}]; the vocabulary is [0, {config.vocab_size})"
+        )
+    if gather is not None:
+        length = tokens.shape[1]
+        glo, ghi = int(gather.min()), int(gather.max())
+        if glo < 0 or ghi >= length:
+            raise ValueError(f"gather holds [{glo}, {ghi}]; it must lie in [0, L={length})")
+
+
+def _check_same_device(name: str, tensor: Tensor, tokens: Tensor) -> None:
+    if tensor.device != tokens.device:
+        raise ValueError(f"{name} is on {tensor.device} but tokens are on {tokens.device}")
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, Tensor):
+        return f"{value.dtype} tensor of shape {tuple(value.shape)}"
+    return type(value).__name__
+
+
+def step_context(device: torch.device, bf16: bool) -> contextlib.AbstractContextManager:
+    """What one AR step runs under: no grad, and bf16 autocast on CUDA with its weight cache
+    off (as upstream; a cached cast would be baked into a captured graph)."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.no_grad())
+    if bf16 and device.type == "cuda":
+        stack.enter_context(torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False))
+    return stack
+
+
+def ar_step_logits(
+    decoder: Decoder,
+    tokens: Tensor,
+    memory: Tensor,
+    memory_padding_mask: Tensor | None,
+    gather: Tensor,
+    *,
+    rows: int,
+    bf16: bool,
+) -> Tensor:
+    """The eager AR step that the graph cache captures: fp32 logits of the first ``rows`` rows
+    (the rest are bucket padding), as a tensor of its own."""
+    with step_context(tokens.device, bf16):
+        logits = decoder(tokens, memory, memory_padding_mask, gather)
+    return logits[:rows].to(torch.float32, copy=True)
