@@ -1,15 +1,28 @@
 """reasyn_ref: a capture-clean reference of ReaSyn's AR decoder with a per-shape CUDA-graph cache."""
 
-from .bucketing import bucket_batch, bucket_seq
+from .bucketing import bucket_batch, bucket_memory, bucket_seq
+from .checkpoint import load_checkpoint, save_checkpoint
 from .config import DecoderConfig, EncoderConfig
+from .graph_cache import GraphCache, GraphKey
 from .model import Decoder, Encoder, expand_memory
+from .sampler import ARSampler
+from .workers import SampleJob, WorkerError, WorkerPool
 
 __all__ = [
+    "ARSampler",
     "Decoder",
     "DecoderConfig",
     "Encoder",
     "EncoderConfig",
+    "GraphCache",
+    "GraphKey",
+    "SampleJob",
+    "WorkerError",
+    "WorkerPool",
     "bucket_batch",
+    "bucket_memory",
     "bucket_seq",
     "expand_memory",
+    "load_checkpoint",
+    "save_checkpoint",
 ]

@@ -27,3 +27,11 @@ def is_batch_bucket(n: int) -> bool:
 
 def is_seq_bucket(length: int, max_len: int) -> bool:
     return 1 <= length <= max_len and (length % SEQ_BUCKET == 0 or length == max_len)
+
+
+def bucket_memory(length: int) -> int:
+    """Memory (encoder output) length rounded up to a multiple of 64, the graph cache's memory
+    bucket; the padded positions are masked out."""
+    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+        raise ValueError(f"bucket_memory: length must be an int >= 1, got {length!r}")
+    return -(-length // SEQ_BUCKET) * SEQ_BUCKET

@@ -1,0 +1,310 @@
+"""Batched autoregressive sampling over one target's memory, as upstream ReaSyn's AR loop.
+
+Each step lays the unfinished rows out on the host: tokens right-padded with ``pad_token`` and,
+with bucketing, the length rounded up to a multiple of 64 and the batch up to a power of two with
+dummy rows (``[start_token]`` + padding, gather 0). That padded layout is the same whether CUDA
+graphs are on or off: graphs replay the very forward eager runs, on the very same tensors, which
+is what makes the two paths bit-identical.
+
+Per step there is exactly one host-to-device copy of the tokens, one of gather (from pinned
+memory on CUDA), and one device-to-host copy of the sampled tokens.
+
+``batched=False`` is upstream's per-row path: each unfinished row runs alone at its exact length
+and draws its token from the same generator, in row order. It consumes the generator differently
+from the batched path (one multinomial per row instead of one per step), so sampled tokens are not
+expected to match between the two paths; their logits agree within floating-point tolerance.
+``bucket`` applies to the batched path only; with it, the target's memory is also padded to a
+multiple of 64 positions (masked), the graph cache's memory bucket.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from .bucketing import bucket_batch, bucket_memory, bucket_seq
+from .config import DecoderConfig
+from .env import resolve_toggle
+from .model import (
+    Decoder,
+    _describe,
+    ar_step_logits,
+    check_decoder_inputs,
+    check_token_values,
+    expand_memory,
+)
+
+if TYPE_CHECKING:
+    from .graph_cache import GraphCache
+
+
+class ARSampler:
+    """Samples continuations of token prefixes with a ``Decoder``, one target at a time.
+
+    Flags left as None come from the environment (``REASYN_BATCHED_AR``, ``REASYN_BF16``,
+    ``REASYN_BUCKET``, ``REASYN_CUDAGRAPH``); explicit arguments win. The resolved flags are
+    the attributes ``batched``, ``bf16``, ``bucket`` and ``cudagraph``.
+    """
+
+    def __init__(
+        self,
+        decoder: Decoder,
+        *,
+        temperature: float = 0.1,
+        batched: bool | None = None,
+        bf16: bool | None = None,
+        bucket: bool | None = None,
+        cudagraph: bool | None = None,
+        graph_capacity: int = 3,
+    ) -> None:
+        if not isinstance(decoder, Decoder):
+            raise ValueError(f"decoder must be a reasyn_ref Decoder, got {type(decoder).__name__}")
+        if (
+            isinstance(temperature, bool)
+            or not isinstance(temperature, (int, float))
+            or not math.isfinite(temperature)
+            or temperature <= 0
+        ):
+            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+        self.decoder = decoder
+        self.config: DecoderConfig = decoder.config
+        self.temperature = float(temperature)
+        self.device = next(decoder.parameters()).device
+        self.batched = resolve_toggle("REASYN_BATCHED_AR", batched)
+        self.bf16 = resolve_toggle("REASYN_BF16", bf16)
+        self.bucket = resolve_toggle("REASYN_BUCKET", bucket)
+        self.cudagraph = resolve_toggle("REASYN_CUDAGRAPH", cudagraph)
+        self.graph_cache: GraphCache | None = None
+        if self.cudagraph:
+            check_graph_settings(
+                batched=self.batched, bucket=self.bucket, bf16=self.bf16, device=self.device
+            )
+            from .graph_cache import GraphCache  # only graph runs need it
+
+            self.graph_cache = GraphCache(decoder, self.device, capacity=graph_capacity)
+
+    def sample(
+        self,
+        memory: Tensor,
+        memory_padding_mask: Tensor,
+        prefixes: Sequence[Sequence[int]],
+        generator: torch.Generator,
+        max_len: int | None = None,
+    ) -> list[list[int]]:
+        """Each row's full sequence: its prefix plus the sampled tokens, ending with
+        ``end_token`` when one was sampled, or at ``max_len`` (default ``config.max_len``).
+
+        memory [1, M, d_model] and its padding mask [1, M] (True = padding) are one target's,
+        shared by every row. A prefix that already ends with ``end_token`` or has ``max_len``
+        tokens is returned as it is.
+        """
+        max_len = self._check_max_len(max_len)
+        self._check_target(memory, memory_padding_mask, generator)
+        if self.bucket:
+            memory, memory_padding_mask = pad_memory(memory, memory_padding_mask)
+        sequences = token_rows(prefixes, self.config, max_len)
+        active = [i for i, seq in enumerate(sequences) if not self._finished(seq, max_len)]
+        while active:
+            rows = [sequences[i] for i in active]
+            if self.batched:
+                drawn = self._step(rows, memory, memory_padding_mask, generator, bucket=self.bucket)
+            else:
+                drawn = [
+                    self._step([row], memory, memory_padding_mask, generator, bucket=False)[0]
+                    for row in rows
+                ]
+            for i, token in zip(active, drawn, strict=True):
+                sequences[i].append(token)
+            active = [i for i in active if not self._finished(sequences[i], max_len)]
+        return sequences
+
+    def step_logits(
+        self,
+        tokens: Tensor,
+        memory: Tensor,
+        memory_padding_mask: Tensor,
+        gather: Tensor,
+        rows: int,
+    ) -> Tensor:
+        """fp32 logits [rows, vocab] of one AR step on staged inputs; rows past ``rows`` are
+        bucket padding. Runs the graph cache when graphs are on, the eager step otherwise."""
+        batch, _ = check_decoder_inputs(self.config, tokens, memory, memory_padding_mask, gather)
+        if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= batch:
+            raise ValueError(f"rows must be an int in [1, B={batch}], got {rows!r}")
+        if self.graph_cache is not None:
+            return self.graph_cache(tokens, memory, memory_padding_mask, gather, rows=rows)
+        return ar_step_logits(
+            self.decoder, tokens, memory, memory_padding_mask, gather, rows=rows, bf16=self.bf16
+        )
+
+    def _step(
+        self,
+        rows: list[list[int]],
+        memory: Tensor,
+        memory_padding_mask: Tensor,
+        generator: torch.Generator,
+        *,
+        bucket: bool,
+    ) -> list[int]:
+        """One AR step for ``rows``: lay out, stage, run, sample; one token per row."""
+        tokens, gather = pad_rows(
+            rows, self.config, bucket=bucket, pin_memory=self.device.type == "cuda"
+        )
+        check_token_values(self.config, tokens, gather)
+        tokens, gather = self._stage(tokens, gather)
+        step_memory, step_mask = expand_memory(memory, memory_padding_mask, tokens.shape[0])
+        logits = self.step_logits(tokens, step_memory, step_mask, gather, rows=len(rows))
+        probs = torch.softmax(logits / self.temperature, dim=-1)
+        return self._fetch(torch.multinomial(probs, 1, generator=generator))
+
+    def _stage(self, tokens: Tensor, gather: Tensor) -> tuple[Tensor, Tensor]:
+        """The step's host-to-device copies: one for tokens, one for gather."""
+        return (
+            tokens.to(self.device, non_blocking=True),
+            gather.to(self.device, non_blocking=True),
+        )
+
+    def _fetch(self, drawn: Tensor) -> list[int]:
+        """The step's one device-to-host copy: the sampled tokens."""
+        return drawn.cpu().view(-1).tolist()
+
+    def _finished(self, sequence: list[int], max_len: int) -> bool:
+        return sequence[-1] == self.config.end_token or len(sequence) >= max_len
+
+    def _check_max_len(self, max_len: int | None) -> int:
+        if max_len is None:
+            return self.config.max_len
+        if isinstance(max_len, bool) or not isinstance(max_len, int):
+            raise ValueError(f"max_len must be an int, got {max_len!r}")
+        if not 1 <= max_len <= self.config.max_len:
+            raise ValueError(
+                f"max_len must be in [1, config.max_len={self.config.max_len}], got {max_len}"
+            )
+        return max_len
+
+    def _check_target(
+        self, memory: Tensor, memory_padding_mask: Tensor, generator: torch.Generator
+    ) -> None:
+        d_model = self.config.d_model
+        if (
+            not isinstance(memory, Tensor)
+            or not memory.is_floating_point()
+            or memory.dim() != 3
+            or memory.shape[0] != 1
+            or memory.shape[2] != d_model
+        ):
+            raise ValueError(
+                f"memory must be one target's floating-point tensor [1, M, d_model={d_model}], "
+                f"got {_describe(memory)}"
+            )
+        if (
+            not isinstance(memory_padding_mask, Tensor)
+            or memory_padding_mask.dtype != torch.bool
+            or memory_padding_mask.shape != memory.shape[:2]
+        ):
+            raise ValueError(
+                f"memory_padding_mask must be a torch.bool tensor [1, M] = {tuple(memory.shape[:2])}, "
+                f"got {_describe(memory_padding_mask)}"
+            )
+        for name, tensor in (("memory", memory), ("memory_padding_mask", memory_padding_mask)):
+            if tensor.device != self.device:
+                raise ValueError(f"{name} is on {tensor.device}; the decoder is on {self.device}")
+        if not isinstance(generator, torch.Generator) or generator.device != self.device:
+            where = generator.device if isinstance(generator, torch.Generator) else None
+            raise ValueError(
+                f"generator must be a torch.Generator on the decoder's device {self.device}, "
+                f"got {type(generator).__name__} on {where}"
+            )
+
+
+def pad_rows(
+    rows: Sequence[Sequence[int]], config: DecoderConfig, *, bucket: bool, pin_memory: bool = False
+) -> tuple[Tensor, Tensor]:
+    """The host layout of one AR step: tokens [Bb, Lb] right-padded with ``pad_token`` and
+    gather [Bb] = each row's last index. With ``bucket``, Bb = bucket_batch(rows) and
+    Lb = bucket_seq(longest), and the rows past the real ones are dummies ([start_token] +
+    padding, gather 0); without it Bb is the row count and Lb the longest row."""
+    longest = max(len(row) for row in rows)
+    if bucket:
+        batch, length = bucket_batch(len(rows)), bucket_seq(longest, config.max_len)
+    else:
+        batch, length = len(rows), longest
+    pad = config.pad_token
+    dummies = batch - len(rows)
+    padded = [list(row) + [pad] * (length - len(row)) for row in rows]
+    padded += [[config.start_token] + [pad] * (length - 1)] * dummies
+    gather = [len(row) - 1 for row in rows] + [0] * dummies
+    return (
+        torch.tensor(padded, dtype=torch.long, pin_memory=pin_memory),
+        torch.tensor(gather, dtype=torch.long, pin_memory=pin_memory),
+    )
+
+
+def pad_memory(memory: Tensor, memory_padding_mask: Tensor) -> tuple[Tensor, Tensor]:
+    """One target's memory [1, M, d] and mask padded to ``bucket_memory(M)`` positions; the new
+    positions are zeros and masked. Done once per ``sample`` call, on both the eager and the
+    graph path, so the two see the same layout."""
+    length = memory.shape[1]
+    extra = bucket_memory(length) - length
+    if extra == 0:
+        return memory, memory_padding_mask
+    memory = torch.nn.functional.pad(memory, (0, 0, 0, extra))
+    memory_padding_mask = torch.nn.functional.pad(memory_padding_mask, (0, extra), value=True)
+    return memory, memory_padding_mask
+
+
+def token_rows(
+    prefixes: Sequence[Sequence[int]], config: DecoderConfig, max_len: int
+) -> list[list[int]]:
+    """The prefixes as fresh lists of int token ids, checked: at least one row, each row of
+    length in [1, max_len] with ids in the vocabulary."""
+    if isinstance(prefixes, (str, bytes, Tensor)) or not isinstance(prefixes, Sequence):
+        raise ValueError(
+            f"prefixes must be a sequence of token-id sequences, got {type(prefixes).__name__}"
+        )
+    if not prefixes:
+        raise ValueError("prefixes must hold at least one row")
+    sequences = []
+    for i, prefix in enumerate(prefixes):
+        try:
+            row = [_token_id(token) for token in prefix]
+        except TypeError as exc:
+            raise ValueError(f"prefixes[{i}] must be a sequence of int token ids: {exc}") from exc
+        if not 1 <= len(row) <= max_len:
+            raise ValueError(
+                f"prefixes[{i}] has length {len(row)}; it must be in [1, max_len={max_len}]"
+            )
+        outside = [token for token in row if not 0 <= token < config.vocab_size]
+        if outside:
+            raise ValueError(
+                f"prefixes[{i}] holds token id {outside[0]}; the vocabulary is [0, {config.vocab_size})"
+            )
+        sequences.append(row)
+    return sequences
+
+
+def check_graph_settings(*, batched: bool, bucket: bool, bf16: bool, device: torch.device) -> None:
+    """cudagraph=True is defined only on the path the graphs capture, on a CUDA device."""
+    needs = (
+        ("batched", batched, "REASYN_BATCHED_AR", "graphs capture the batched step"),
+        ("bucket", bucket, "REASYN_BUCKET", "graphs are captured per bucketed shape"),
+        ("bf16", bf16, "REASYN_BF16", "graphs capture the bf16 autocast path"),
+    )
+    for name, on, variable, why in needs:
+        if not on:
+            raise ValueError(f"cudagraph=True needs {name}=True ({variable}=1): {why}")
+    if not torch.cuda.is_available():
+        raise ValueError("cudagraph=True needs CUDA, and torch.cuda.is_available() is False")
+    if device.type != "cuda":
+        raise ValueError(f"cudagraph=True needs the decoder on a CUDA device, it is on {device}")
+
+
+def _token_id(token: object) -> int:
+    if isinstance(token, bool):
+        raise TypeError("a bool is not a token id")
+    return operator.index(token)

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The whole GPU run in one call: stack facts, the project's tests (GPU tests included), the
+# conformance suite against reasyn_ref (xdist, one worker per GPU, when there are several),
+# the benchmarks, and a markdown report built from all of it.
+#
+#   bash scripts/gpu_suite.sh OUTDIR [label]      e.g. on the device tool: bash scripts/gpu_suite.sh $OUT h200
+#
+# Steps may fail; the script goes on so the report shows every outcome, and exits non-zero if
+# any step failed.
+set -uo pipefail
+out="${1:?usage: gpu_suite.sh OUTDIR [label]}"
+label="${2:-gpu}"
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+status=0
+
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1 \
+    || { echo "editable install failed; running from the tree" | tee -a "$out/install.log"; export PYTHONPATH="$PWD"; }
+
+gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+python3 scripts/stack_facts.py >"$out/stack.json"
+
+run() {  # name, then the pytest arguments
+    local name=$1; shift
+    echo "== $name: pytest $*"
+    timeout "${STEP_TIMEOUT:-900}" python3 -m pytest "$@" --junitxml="$out/$name.xml" -rA -p no:cacheprovider \
+        >"$out/$name.log" 2>&1
+    local rc=$?
+    echo "$name exit $rc" | tee -a "$out/exits.txt"
+    tail -n 25 "$out/$name.log"
+    [[ $rc -eq 0 ]] || status=1
+}
+
+run tests tests --ignore=tests/bench -m "not slow"
+xdist=()
+if [[ $gpus -ge 2 ]]; then xdist=(-n "$gpus"); fi
+run conformance --pyargs pytest_cudagraph.conformance "${xdist[@]}"
+if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
+    run bench tests/bench --benchmark-only --benchmark-json="$out/bench.json" ${BENCH_ARGS:-}
+    python3 scripts/bench_report.py "$out/bench.json" --out "$out/bench.md" --plot "$out/bench.png" \
+        >>"$out/bench.log" 2>&1 || status=1
+fi
+
+python3 scripts/gpu_report.py "$out" --label "$label" --out "$out/report.md" || status=1
+exit $status

@@ -1,0 +1,82 @@
+"""Tiny models, one encoded target and transfer spies, shared by the reference tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import Tensor
+
+from reasyn_ref import ARSampler, Decoder, DecoderConfig, Encoder, EncoderConfig
+
+
+def seeded(seed: int, build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+    """build() under its own seed, leaving the global RNG as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
+
+
+@pytest.fixture
+def tiny_decoder() -> Decoder:
+    return seeded(0, lambda: Decoder(DecoderConfig.tiny()).eval())
+
+
+@pytest.fixture
+def tiny_encoder() -> Encoder:
+    return seeded(1, lambda: Encoder(EncoderConfig.tiny()).eval())
+
+
+@pytest.fixture
+def target(tiny_encoder: Encoder) -> tuple[Tensor, Tensor]:
+    """One target's memory [1, 20, d] and padding mask [1, 20]; the last 4 positions are padding."""
+    config = tiny_encoder.config
+    smiles = torch.randint(
+        1, config.vocab_size, (1, 20), generator=torch.Generator().manual_seed(2)
+    )
+    smiles[:, 16:] = config.pad_token
+    with torch.no_grad():
+        return tiny_encoder(smiles)
+
+
+@pytest.fixture
+def transfers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Host/device copies made from Python, in order: "to" for each ``Tensor.to`` that names a
+    device, "cpu" for each ``Tensor.cpu``."""
+    events: list[str] = []
+    to, cpu = torch.Tensor.to, torch.Tensor.cpu
+
+    def to_spy(self: Tensor, *args, **kwargs) -> Tensor:
+        if "device" in kwargs or any(isinstance(a, (torch.device, str)) for a in args):
+            events.append("to")
+        return to(self, *args, **kwargs)
+
+    def cpu_spy(self: Tensor, *args, **kwargs) -> Tensor:
+        events.append("cpu")
+        return cpu(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to_spy)
+    monkeypatch.setattr(torch.Tensor, "cpu", cpu_spy)
+    return events
+
+
+@pytest.fixture
+def watch_stages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Callable[[ARSampler], list[tuple[Tensor, Tensor, bool]]]:
+    """watch(sampler) -> the list of (tokens, gather, pinned) host layouts it stages, per call."""
+
+    def watch(sampler: ARSampler) -> list[tuple[Tensor, Tensor, bool]]:
+        staged: list[tuple[Tensor, Tensor, bool]] = []
+        stage = sampler._stage
+
+        def spy(tokens: Tensor, gather: Tensor) -> tuple[Tensor, Tensor]:
+            pinned = tokens.is_pinned() and gather.is_pinned()
+            staged.append((tokens.clone(), gather.clone(), pinned))
+            return stage(tokens, gather)
+
+        monkeypatch.setattr(sampler, "_stage", spy)
+        return staged
+
+    return watch

@@ -1,0 +1,176 @@
+"""Checkpoints: round trips, and the files load_checkpoint must refuse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from reasyn_ref import (
+    Decoder,
+    DecoderConfig,
+    Encoder,
+    load_checkpoint,
+    save_checkpoint,
+)
+from reasyn_ref.checkpoint import FORMAT_VERSION
+
+
+class RunsCode:
+    """Pickles as a call to exec that creates ``marker``: what a hostile checkpoint carries."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({str(self.marker)!r}, 'w').close()",))
+
+
+@pytest.fixture
+def saved(tmp_path, tiny_decoder) -> Path:
+    path = tmp_path / "decoder.pt"
+    save_checkpoint(path, tiny_decoder, tiny_decoder.config)
+    return path
+
+
+def rewrite(path: Path, change) -> Path:
+    """Save ``change(payload)`` of the checkpoint at ``path`` as a new file beside it."""
+    payload = torch.load(path, weights_only=True)
+    out = path.with_name("changed.pt")
+    torch.save(change(payload), out)
+    return out
+
+
+def test_decoder_round_trip(saved, tiny_decoder, target):
+    loaded = load_checkpoint(saved)
+    assert isinstance(loaded, Decoder)
+    assert loaded.config == tiny_decoder.config
+    assert not loaded.training
+    assert all(p.device.type == "cpu" for p in loaded.parameters())
+    tokens = torch.randint(0, 272, (2, 9), generator=torch.Generator().manual_seed(0))
+    memory, mask = target[0].expand(2, -1, -1), target[1].expand(2, -1)
+    with torch.no_grad():
+        assert torch.equal(loaded(tokens, memory, mask), tiny_decoder(tokens, memory, mask))
+
+
+def test_encoder_round_trip(tmp_path, tiny_encoder):
+    path = tmp_path / "encoder.pt"
+    save_checkpoint(path, tiny_encoder, tiny_encoder.config)
+    loaded = load_checkpoint(path)
+    assert isinstance(loaded, Encoder)
+    assert loaded.config == tiny_encoder.config
+    assert not loaded.training
+    smiles = torch.tensor([[5, 6, 7, 0]])
+    with torch.no_grad():
+        (memory, mask), (expected, expected_mask) = loaded(smiles), tiny_encoder(smiles)
+    assert torch.equal(memory, expected) and torch.equal(mask, expected_mask)
+
+
+def test_file_is_a_plain_dict_with_the_config_and_no_buffers(saved, tiny_decoder):
+    payload = torch.load(saved, weights_only=True)
+    assert payload["format_version"] == FORMAT_VERSION
+    assert payload["kind"] == "decoder"
+    assert DecoderConfig.from_dict(payload["config"]) == tiny_decoder.config
+    assert set(payload["state_dict"]) == set(tiny_decoder.state_dict())
+    assert "causal" not in payload["state_dict"] and "positions" not in payload["state_dict"]
+
+
+def test_a_file_carrying_code_is_refused_without_running_it(saved, tmp_path):
+    marker = tmp_path / "code-ran"
+    hostile = rewrite(saved, lambda p: p | {"config": RunsCode(marker)})
+    with pytest.raises(ValueError, match=rf"refused to load {hostile}"):
+        load_checkpoint(hostile)
+    assert not marker.exists()
+    # The payload is live: an unrestricted load runs it (so the check above can fail).
+    torch.load(hostile, weights_only=False)
+    assert marker.exists()
+
+
+def test_save_refuses_a_config_that_is_not_the_models(tmp_path, tiny_decoder):
+    path = tmp_path / "decoder.pt"
+    other = DecoderConfig(d_model=64, nhead=4, dim_feedforward=64, num_layers=2)
+    with pytest.raises(ValueError, match=r"config does not match model\.config"):
+        save_checkpoint(path, tiny_decoder, other)
+    assert not path.exists()
+
+
+def test_save_refuses_what_is_not_a_reference_model(tmp_path):
+    with pytest.raises(ValueError, match="model must be a reasyn_ref Decoder or Encoder"):
+        save_checkpoint(tmp_path / "x.pt", torch.nn.Linear(2, 2), DecoderConfig.tiny())
+
+
+def test_a_failed_save_keeps_the_earlier_checkpoint(saved, tiny_decoder, monkeypatch):
+    before = saved.read_bytes()
+
+    def failing_save(payload, path):
+        Path(path).write_bytes(b"half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(saved, tiny_decoder, tiny_decoder.config)
+    assert saved.read_bytes() == before
+    assert sorted(p.name for p in saved.parent.iterdir()) == [saved.name]
+
+
+def wrong_shape(payload: dict) -> dict:
+    state = dict(payload["state_dict"])
+    state["head.4.bias"] = torch.zeros(271)
+    return payload | {"state_dict": state}
+
+
+def missing_and_unexpected(payload: dict) -> dict:
+    state = dict(payload["state_dict"])
+    del state["embed.weight"]
+    state["extra.weight"] = torch.zeros(1)
+    return payload | {"state_dict": state}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param(
+            wrong_shape,
+            r"tensor 'head\.4\.bias' has shape \(271,\); the stored config builds \(272,\)",
+            id="wrong shape",
+        ),
+        pytest.param(
+            missing_and_unexpected,
+            r"missing \['embed\.weight'\], unexpected \['extra\.weight'\]",
+            id="missing and unexpected keys",
+        ),
+        pytest.param(
+            lambda p: p | {"config": p["config"] | {"d_model": 64}},
+            r"tensor 'embed\.weight' has shape \(272, 32\); the stored config builds \(272, 64\)",
+            id="config disagrees with the weights",
+        ),
+        pytest.param(
+            lambda p: p | {"config": p["config"] | {"depth": 3}},
+            r"invalid decoder config: unknown DecoderConfig fields: depth",
+            id="unknown config field",
+        ),
+        pytest.param(
+            lambda p: p | {"config": p["config"] | {"nhead": 5}},
+            r"invalid decoder config: d_model \(32\) must be divisible by nhead \(5\)",
+            id="invalid config",
+        ),
+        pytest.param(
+            lambda p: p | {"kind": "encoder"},
+            r"invalid encoder config: unknown EncoderConfig fields",
+            id="kind disagrees with the config",
+        ),
+        pytest.param(lambda p: p | {"kind": "head"}, r"has kind 'head'", id="unknown kind"),
+        pytest.param(
+            lambda p: p | {"format_version": 2}, r"has format_version 2", id="newer format"
+        ),
+        pytest.param(
+            lambda p: p["state_dict"], r"is not a reasyn_ref checkpoint", id="bare state_dict"
+        ),
+    ],
+)
+def test_bad_checkpoints_are_refused(saved, change, message):
+    bad = rewrite(saved, change)
+    with pytest.raises(ValueError, match=message) as refused:
+        load_checkpoint(bad)
+    assert str(bad) in str(refused.value)

@@ -1,0 +1,219 @@
+"""The capture-clean decoder against upstream's forward, the encoder, and input checks (CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor
+from torch.nn.modules import transformer
+
+from reasyn_ref import Decoder, Encoder, expand_memory
+
+
+def batch_inputs(
+    decoder: Decoder, target: tuple[Tensor, Tensor], batch: int, length: int, seed: int = 0
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Random tokens [batch, length], the target's memory and mask over the batch, random gather."""
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, decoder.config.vocab_size, (batch, length), generator=generator)
+    gather = torch.randint(0, length, (batch,), generator=generator)
+    memory, mask = expand_memory(*target, batch)
+    return tokens, memory, mask, gather
+
+
+@pytest.fixture
+def mask_spy(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
+    """Records each ``_detect_is_causal_mask`` call's is_causal hint, each causal mask that
+    ``_generate_square_subsequent_mask`` builds, and each ``torch.triu`` (how masks are built)."""
+    seen: dict[str, list] = {"is_causal": [], "generated": [], "triu": []}
+    detect = transformer._detect_is_causal_mask
+    generate = transformer._generate_square_subsequent_mask
+    triu = torch.triu
+
+    def detect_spy(mask, is_causal=None, size=None):
+        seen["is_causal"].append(is_causal)
+        return detect(mask, is_causal, size)
+
+    def generate_spy(*args, **kwargs):
+        seen["generated"].append(args)
+        return generate(*args, **kwargs)
+
+    def triu_spy(*args, **kwargs):
+        seen["triu"].append(args[0].shape)
+        return triu(*args, **kwargs)
+
+    monkeypatch.setattr(transformer, "_detect_is_causal_mask", detect_spy)
+    monkeypatch.setattr(transformer, "_generate_square_subsequent_mask", generate_spy)
+    monkeypatch.setattr(torch, "triu", triu_spy)
+    return seen
+
+
+@pytest.mark.parametrize("length", [1, 17, 64, 512])
+def test_forward_skips_the_causal_mask_comparison(tiny_decoder, target, mask_spy, length):
+    tokens, memory, mask, gather = batch_inputs(tiny_decoder, target, 3, length)
+    with torch.no_grad():
+        tiny_decoder(tokens, memory, mask, gather)
+    # The hint reaches the detector, which returns it without building or comparing a mask.
+    assert mask_spy == {"is_causal": [True], "generated": [], "triu": []}
+
+
+def test_upstream_forward_runs_the_comparison(tiny_decoder, target, mask_spy):
+    """The contrast: the same spy sees upstream's forward build and compare masks."""
+    tokens, memory, mask, gather = batch_inputs(tiny_decoder, target, 3, 17)
+    with torch.no_grad():
+        tiny_decoder.forward_upstream(tokens, memory, mask, gather)
+    assert mask_spy["is_causal"] == [None]
+    assert len(mask_spy["generated"]) >= 2  # its own fresh mask, then the comparison's
+    assert mask_spy["triu"]
+
+
+@pytest.mark.parametrize("length", [1, 17, 64, 200, 512])
+@pytest.mark.parametrize("with_gather", [False, True])
+def test_forward_equals_upstream_exactly_in_fp32(tiny_decoder, target, length, with_gather):
+    tokens, memory, mask, gather = batch_inputs(tiny_decoder, target, 3, length, seed=length)
+    gather = gather if with_gather else None
+    with torch.no_grad():
+        ours = tiny_decoder(tokens, memory, mask, gather)
+        upstream = tiny_decoder.forward_upstream(tokens, memory, mask, gather)
+    assert ours.dtype == torch.float32
+    assert ours.shape == (3, tiny_decoder.config.vocab_size)
+    assert torch.equal(ours, upstream)
+
+
+def test_causal_mask_is_a_non_persistent_buffer_built_once(tiny_decoder, target):
+    assert "causal" in dict(tiny_decoder.named_buffers())
+    assert "causal" not in tiny_decoder.state_dict()
+    max_len = tiny_decoder.config.max_len
+    assert tiny_decoder.causal.shape == (max_len, max_len)
+    before = tiny_decoder.causal.data_ptr()
+    for length in (5, 64, 512):
+        tokens, memory, mask, gather = batch_inputs(tiny_decoder, target, 2, length)
+        with torch.no_grad():
+            tiny_decoder(tokens, memory, mask, gather)
+    assert tiny_decoder.causal.data_ptr() == before
+
+
+def test_default_gather_is_the_last_position(tiny_decoder, target):
+    tokens, memory, mask, _ = batch_inputs(tiny_decoder, target, 4, 30)
+    last = torch.full((4,), 29, dtype=torch.long)
+    with torch.no_grad():
+        assert torch.equal(
+            tiny_decoder(tokens, memory, mask), tiny_decoder(tokens, memory, mask, last)
+        )
+
+
+def test_gather_reads_each_rows_position(tiny_decoder, target):
+    """Row i's logits at gather[i] are those of its prefix tokens[i, :gather[i] + 1] alone:
+    the causal mask keeps later (padding) positions out."""
+    tokens, memory, mask, gather = batch_inputs(tiny_decoder, target, 4, 40, seed=3)
+    with torch.no_grad():
+        batched = tiny_decoder(tokens, memory, mask, gather)
+        for row in range(4):
+            prefix = tokens[row : row + 1, : int(gather[row]) + 1]
+            alone = tiny_decoder(prefix, memory[:1], mask[:1])
+            torch.testing.assert_close(batched[row : row + 1], alone, rtol=1e-5, atol=1e-5)
+
+
+def test_encoder_memory_and_mask(tiny_encoder):
+    config = tiny_encoder.config
+    smiles = torch.tensor([[5, 6, 7, config.pad_token, config.pad_token]])
+    with torch.no_grad():
+        memory, mask = tiny_encoder(smiles)
+    assert memory.shape == (1, 5, config.d_model)
+    assert mask.tolist() == [[False, False, False, True, True]]
+    assert torch.isfinite(memory).all()
+
+
+def test_memory_is_expanded_over_the_batch_without_copying(target):
+    memory, mask = target
+    batch_memory, batch_mask = expand_memory(memory, mask, 8)
+    assert batch_memory.shape == (8, *memory.shape[1:])
+    assert batch_mask.shape == (8, mask.shape[1])
+    assert batch_memory.data_ptr() == memory.data_ptr() and batch_memory.stride(0) == 0
+    assert batch_mask.data_ptr() == mask.data_ptr() and batch_mask.stride(0) == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "memory_shape", "mask_shape"),
+    [
+        ("memory", (2, 20, 32), (2, 20)),
+        ("memory", (20, 32), (1, 20)),
+        ("memory_padding_mask", (1, 20, 32), (1, 19)),
+    ],
+)
+def test_expand_memory_refuses_bad_shapes(name, memory_shape, mask_shape):
+    memory, mask = torch.zeros(memory_shape), torch.zeros(mask_shape, dtype=torch.bool)
+    with pytest.raises(ValueError, match=rf"^{name}\b"):
+        expand_memory(memory, mask, 4)
+
+
+def bad(name: str, case: str, change) -> pytest.ParameterSet:
+    """A forward-input case: ``change`` maps the valid inputs to bad ones; ``name`` is the
+    argument the error must name."""
+    return pytest.param(name, change, id=case)
+
+
+BAD_FORWARD_INPUTS = [
+    bad("tokens", "float tokens", lambda x: x | {"tokens": x["tokens"].float()}),
+    bad("tokens", "1-d tokens", lambda x: x | {"tokens": x["tokens"][0]}),
+    bad(
+        "tokens",
+        "id = vocab",
+        lambda x: x | {"tokens": x["tokens"].index_fill(1, torch.tensor([0]), 272)},
+    ),
+    bad(
+        "tokens",
+        "negative id",
+        lambda x: x | {"tokens": x["tokens"].index_fill(1, torch.tensor([0]), -1)},
+    ),
+    bad(
+        "tokens",
+        "length over max_len",
+        lambda x: x | {"tokens": torch.zeros(3, 513, dtype=torch.long)},
+    ),
+    bad("gather", "gather = L", lambda x: x | {"gather": torch.full((3,), 10)}),
+    bad("gather", "negative gather", lambda x: x | {"gather": torch.full((3,), -1)}),
+    bad("gather", "int32 gather", lambda x: x | {"gather": x["gather"].int()}),
+    bad("gather", "gather batch mismatch", lambda x: x | {"gather": x["gather"][:2]}),
+    bad(
+        "memory",
+        "memory batch mismatch",
+        lambda x: (
+            x | {"memory": x["memory"][:2], "memory_padding_mask": x["memory_padding_mask"][:2]}
+        ),
+    ),
+    bad("memory", "memory width mismatch", lambda x: x | {"memory": torch.zeros(3, 20, 16)}),
+    bad("memory", "integer memory", lambda x: x | {"memory": x["memory"].long()}),
+    bad(
+        "memory_padding_mask",
+        "mask shape mismatch",
+        lambda x: x | {"memory_padding_mask": x["memory_padding_mask"][:, :19]},
+    ),
+    bad(
+        "memory_padding_mask",
+        "float mask",
+        lambda x: x | {"memory_padding_mask": x["memory_padding_mask"].float()},
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "change"), BAD_FORWARD_INPUTS)
+def test_forward_refuses_bad_input_naming_it(tiny_decoder, target, name, change):
+    tokens, memory, mask, gather = batch_inputs(tiny_decoder, target, 3, 10)
+    valid = {"tokens": tokens, "memory": memory, "memory_padding_mask": mask, "gather": gather}
+    with pytest.raises(ValueError, match=rf"^{name}\b"), torch.no_grad():
+        tiny_decoder(**change(valid))
+
+
+@pytest.mark.parametrize(
+    "smiles",
+    [
+        torch.ones(1, 5),  # float
+        torch.tensor([[1, 2, 200]]),  # id = vocab
+        torch.ones(1, 257, dtype=torch.long),  # longer than max_len 256
+        torch.ones(5, dtype=torch.long),  # not [targets, length]
+    ],
+)
+def test_encoder_refuses_bad_smiles(tiny_encoder: Encoder, smiles):
+    with pytest.raises(ValueError, match=r"^smiles\b"):
+        tiny_encoder(smiles)

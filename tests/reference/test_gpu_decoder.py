@@ -1,0 +1,108 @@
+"""On a GPU: the capture-clean forward at ReaSyn's dimensions makes no host sync under bf16
+autocast (upstream's does), and the eager sampler runs end to end with its transfer counts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from reasyn_ref import ARSampler, Decoder, DecoderConfig, expand_memory
+from reasyn_ref.model import step_context
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs CUDA: host syncs and pinned staging exist only on a GPU",
+)
+
+START = 1
+
+
+@pytest.fixture(scope="module")
+def decoder() -> Decoder:
+    """The default (upstream-sized) decoder on the GPU."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = Decoder(DecoderConfig())
+    return model.eval().cuda()
+
+
+@pytest.fixture(scope="module")
+def target(decoder: Decoder) -> tuple[torch.Tensor, torch.Tensor]:
+    """One target's memory [1, 64, 768] and mask, the last 8 positions padding, on the GPU."""
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    memory = torch.randn(1, 64, decoder.config.d_model, device="cuda", generator=generator)
+    mask = torch.zeros(1, 64, dtype=torch.bool, device="cuda")
+    mask[:, 56:] = True
+    return memory, mask
+
+
+def step_inputs(decoder: Decoder, target) -> tuple[torch.Tensor, ...]:
+    """A bucketed step: 8 rows of 64 tokens, gathering at varied positions."""
+    generator = torch.Generator(device="cuda").manual_seed(1)
+    tokens = torch.randint(
+        0, decoder.config.vocab_size, (8, 64), device="cuda", generator=generator
+    )
+    gather = torch.randint(0, 64, (8,), device="cuda", generator=generator)
+    return (tokens, *expand_memory(*target, 8), gather)
+
+
+def run_under_sync_errors(forward, inputs) -> None:
+    """forward(*inputs) in bf16 autocast with any host sync raising; warmed up first so lazy
+    one-time setup is not what is judged."""
+    with step_context(inputs[0].device, bf16=True):
+        forward(*inputs)
+        torch.cuda.synchronize()
+        previous = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            forward(*inputs)
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+
+
+def test_forward_makes_no_host_sync_in_bf16(decoder, target):
+    run_under_sync_errors(decoder, step_inputs(decoder, target))
+
+
+def test_upstream_forward_syncs_in_bf16(decoder, target):
+    """The contrast that shows the check above can fail: upstream's mask comparison syncs."""
+    mode = torch.cuda.get_sync_debug_mode()
+    with pytest.raises(RuntimeError, match="synchroniz"):
+        run_under_sync_errors(decoder.forward_upstream, step_inputs(decoder, target))
+    assert torch.cuda.get_sync_debug_mode() == mode
+
+
+def test_eager_bf16_sampler_end_to_end(decoder, target, transfers, watch_stages):
+    sampler = ARSampler(decoder, bf16=True, batched=True, bucket=True, cudagraph=False)
+    assert sampler.device == next(decoder.parameters()).device and sampler.graph_cache is None
+    staged = watch_stages(sampler)
+    prefixes = [[START], [START, 9], [START, 9, 10, 11]]
+    transfers.clear()
+    out = sampler.sample(
+        *target, prefixes, torch.Generator(device="cuda").manual_seed(0), max_len=12
+    )
+
+    steps = max(len(seq) - len(prefix) for seq, prefix in zip(out, prefixes, strict=True))
+    assert transfers == ["to", "to", "cpu"] * steps
+    assert len(staged) == steps and all(pinned for _, _, pinned in staged)
+    config = decoder.config
+    for seq, prefix in zip(out, prefixes, strict=True):
+        assert seq[: len(prefix)] == prefix and len(prefix) < len(seq) <= 12
+        assert all(0 <= token < config.vocab_size for token in seq)
+        assert seq[-1] == config.end_token or len(seq) == 12
+        assert config.end_token not in seq[len(prefix) : -1]
+
+
+@pytest.mark.parametrize("name", ["generator", "memory", "memory_padding_mask"])
+def test_sample_refuses_arguments_off_the_decoders_device(decoder, target, name):
+    sampler = ARSampler(decoder, bf16=True, cudagraph=False)
+    memory, mask = target
+    arguments = {
+        "memory": memory,
+        "memory_padding_mask": mask,
+        "prefixes": [[START]],
+        "generator": torch.Generator(device="cuda"),
+    }
+    arguments[name] = torch.Generator() if name == "generator" else arguments[name].cpu()
+    with pytest.raises(ValueError, match=rf"^{name}\b"):
+        sampler.sample(**arguments)
