@@ -37,7 +37,7 @@ xdist=()
 if [[ $gpus -ge 2 ]]; then xdist=(-n "$gpus"); fi
 run conformance --pyargs pytest_cudagraph.conformance "${xdist[@]}"
 if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
-    run bench tests/bench --benchmark-only --benchmark-json="$out/bench.json" ${BENCH_ARGS:-}
+    run bench tests/bench --benchmark-enable --benchmark-only --benchmark-json="$out/bench.json" ${BENCH_ARGS:-}
     python3 scripts/bench_report.py "$out/bench.json" --out "$out/bench.md" --plot "$out/bench.png" \
         >>"$out/bench.log" 2>&1 || status=1
 fi

@@ -1,0 +1,106 @@
+"""fault_injector: make a named call raise on its N-th invocation, then check locks were freed.
+
+Graph caches and worker pools take locks around capture and replay; the question these
+helpers answer is whether an error in the middle leaves a lock held.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+_MISSING = object()
+
+
+@dataclass
+class InjectedFault:
+    """One patched attribute; ``calls`` counts every call, the failing one included."""
+
+    target: object
+    name: str
+    on_call: int
+    exc: BaseException | type[BaseException]
+    calls: int = 0
+    raised: bool = False
+    _restore: Callable[[], None] = field(default=lambda: None, repr=False)
+
+    def describe(self) -> str:
+        owner = getattr(self.target, "__name__", type(self.target).__name__)
+        return f"{self.exc!r} on call {self.on_call} of {owner}.{self.name}"
+
+
+class FaultInjector:
+    """Patches attributes to fail on cue; every patch is undone at teardown (``restore``)."""
+
+    def __init__(self) -> None:
+        self.faults: list[InjectedFault] = []
+
+    def fail(
+        self,
+        target: object,
+        name: str,
+        on_call: int = 1,
+        exc: BaseException | type[BaseException] | None = None,
+    ) -> InjectedFault:
+        """Make ``target.name(...)`` raise ``exc`` on its ``on_call``-th call; other calls go
+        through. The default ``exc`` is a RuntimeError saying which call was injected."""
+        if not isinstance(on_call, int) or on_call < 1:
+            raise ValueError(f"on_call must be an integer >= 1, got {on_call!r}")
+        if exc is None:
+            exc = RuntimeError(f"injected fault on call {on_call} of {name}")
+        original = getattr(target, name)
+        fault = InjectedFault(target, name, on_call, exc)
+
+        def injected(*args: object, **kwargs: object) -> object:
+            fault.calls += 1
+            if fault.calls == on_call:
+                fault.raised = True
+                raise exc
+            return original(*args, **kwargs)
+
+        own = getattr(target, "__dict__", {}).get(name, _MISSING)
+        replacement: object = injected
+        static = isinstance(inspect.getattr_static(target, name), (staticmethod, classmethod))
+        if inspect.isclass(target) and static:
+            # ``original`` is already bound to the class; keep instances from binding it again.
+            replacement = staticmethod(injected)
+        setattr(target, name, replacement)
+        fault._restore = (
+            (lambda: delattr(target, name))
+            if own is _MISSING
+            else (lambda: setattr(target, name, own))
+        )
+        self.faults.append(fault)
+        return fault
+
+    def assert_lock_free(self, lock: object, name: str | None = None) -> None:
+        """Assert ``lock`` (threading or multiprocessing) can be taken without waiting.
+
+        The attempt is made from another thread, so a re-entrant lock still held by this
+        thread counts as held.
+        """
+        acquired: list[bool] = []
+
+        def try_acquire() -> None:
+            taken = lock.acquire(False)
+            if taken:
+                lock.release()
+            acquired.append(taken)
+
+        probe = threading.Thread(target=try_acquire, name="cudagraph-lock-probe")
+        probe.start()
+        probe.join()
+        if not acquired[0]:
+            after = "; ".join(fault.describe() for fault in self.faults if fault.raised)
+            raise AssertionError(
+                f"fault_injector: {name or repr(lock)} is still held"
+                + (f" after {after}" if after else "")
+                + ": the code under test did not release it"
+            )
+
+    def restore(self) -> None:
+        """Undo every patch, newest first."""
+        while self.faults:
+            self.faults.pop()._restore()

@@ -1,0 +1,388 @@
+"""cuda_graph_parity: prove that a graphed callable computes what its eager twin computes.
+
+Two forms share one comparison engine (``compare_outputs``):
+
+- ``ParityChecker.check(eager, graphed, make_inputs, cases)``: for each case both sides get
+  fresh inputs built from identically seeded generators and run under identical RNG
+  (CPU and CUDA generators forked and seeded alike); every output is compared.
+- ``ParityChecker.run_toggled(body, toggle)``: a whole test body runs with an environment
+  toggle "0" and then "1" under identical RNG; what it ``record()``-ed is compared.
+
+The engine runs on any device, CPU included; requiring CUDA is the fixture's business.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from pytest_cudagraph.hostsync import host_syncs_allowed
+
+
+@dataclass(frozen=True)
+class ParityMark:
+    """The marker's arguments; a seed of None means the configured one (--cudagraph-seed)."""
+
+    toggle: str | None
+    seed: int | None
+
+
+def cuda_graph_parity(toggle: str | None = None, seed: int | None = None) -> ParityMark:
+    """Compare a graphed callable with its eager twin (fixture graph_parity); with
+    toggle=ENV_VAR, run the body with ENV_VAR=0 and =1 and compare what it records."""
+    if toggle is not None and not (isinstance(toggle, str) and toggle.strip()):
+        raise ValueError(f"toggle must name an environment variable, got {toggle!r}")
+    if seed is not None and not (
+        isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0
+    ):
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    return ParityMark(toggle, seed)
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One output that differs. Value differences carry the index and size fields."""
+
+    path: str
+    detail: str = ""
+    first_index: tuple[int, ...] | None = None
+    max_abs_diff: float | None = None
+    differing: int | None = None
+    numel: int | None = None
+
+    def describe(self) -> str:
+        if self.first_index is None:
+            return f"{self.path}: {self.detail}"
+        return (
+            f"{self.path} at index {self.first_index}: max |diff| {self.max_abs_diff:.4g} "
+            f"over {self.differing} of {self.numel} elements"
+        )
+
+
+# Values compared by walking into them rather than with ==.
+_STRUCTURES = (torch.Tensor, Mapping, list, tuple)
+
+
+def compare_outputs(
+    expected: object,
+    actual: object,
+    *,
+    rtol: float = 0.0,
+    atol: float = 0.0,
+    path: str = "output",
+    sides: tuple[str, str] = ("eager", "graphed"),
+) -> list[Mismatch]:
+    """Every difference between two outputs, walking tuples, lists and dicts.
+
+    Tensors must agree in shape, dtype and values (``|a - b| <= atol + rtol * |b|``, NaN
+    equal to NaN; exact when both tolerances are 0); other leaves are compared with ``==``.
+    """
+    first, second = sides
+    if isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor):
+        return _compare_tensors(expected, actual, rtol, atol, path, sides)
+    if isinstance(expected, Mapping) and isinstance(actual, Mapping):
+        found = []
+        if expected.keys() != actual.keys():
+            only_first = sorted(expected.keys() - actual.keys(), key=repr)
+            only_second = sorted(actual.keys() - expected.keys(), key=repr)
+            found.append(
+                Mismatch(path, f"keys {only_first} only in {first}, {only_second} only in {second}")
+            )
+        for key in expected.keys() & actual.keys():
+            found += compare_outputs(
+                expected[key],
+                actual[key],
+                rtol=rtol,
+                atol=atol,
+                path=f"{path}[{key!r}]",
+                sides=sides,
+            )
+        return found
+    if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
+        if len(expected) != len(actual):
+            return [Mismatch(path, f"length {len(expected)} in {first}, {len(actual)} in {second}")]
+        found = []
+        for index, (one, other) in enumerate(zip(expected, actual, strict=True)):
+            found += compare_outputs(
+                one, other, rtol=rtol, atol=atol, path=f"{path}[{index}]", sides=sides
+            )
+        return found
+    if isinstance(expected, _STRUCTURES) or isinstance(actual, _STRUCTURES):
+        kinds = f"{type(expected).__name__} in {first}, {type(actual).__name__} in {second}"
+        return [Mismatch(path, kinds)]
+    if _leaves_equal(expected, actual, rtol, atol):
+        return []
+    return [Mismatch(path, f"{expected!r} in {first}, {actual!r} in {second}")]
+
+
+def _compare_tensors(
+    expected: torch.Tensor,
+    actual: torch.Tensor,
+    rtol: float,
+    atol: float,
+    path: str,
+    sides: tuple[str, str],
+) -> list[Mismatch]:
+    first, second = sides
+    if expected.shape != actual.shape:
+        return [
+            Mismatch(
+                path, f"shape {tuple(expected.shape)} in {first}, {tuple(actual.shape)} in {second}"
+            )
+        ]
+    if expected.dtype != actual.dtype:
+        return [Mismatch(path, f"dtype {expected.dtype} in {first}, {actual.dtype} in {second}")]
+    expected, actual = expected.detach(), actual.detach().to(expected.device)
+    differs = ~_close(expected, actual, rtol, atol)
+    count = int(differs.sum())
+    if count == 0:
+        return []
+    first_index = tuple(int(i) for i in differs.nonzero()[0])
+    max_abs_diff = float((_widen(expected) - _widen(actual)).abs()[differs].max())
+    return [Mismatch(path, "", first_index, max_abs_diff, count, expected.numel())]
+
+
+def _close(expected: torch.Tensor, actual: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
+    if rtol == 0 and atol == 0:
+        same = expected == actual
+        if expected.is_floating_point() or expected.is_complex():
+            same |= expected.isnan() & actual.isnan()
+        return same
+    return torch.isclose(_widen(expected), _widen(actual), rtol=rtol, atol=atol, equal_nan=True)
+
+
+def _widen(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to(torch.complex128 if tensor.is_complex() else torch.float64)
+
+
+def _leaves_equal(expected: object, actual: object, rtol: float, atol: float) -> bool:
+    if isinstance(expected, float) and isinstance(actual, float):
+        both_nan = math.isnan(expected) and math.isnan(actual)
+        return both_nan or math.isclose(expected, actual, rel_tol=rtol, abs_tol=atol)
+    return bool(expected == actual)
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """One case (or, in the toggle form, the pair of runs) and what differed in it."""
+
+    title: str
+    input_shapes: tuple[str, ...]
+    mismatches: tuple[Mismatch, ...]
+
+    @property
+    def passed(self) -> bool:
+        return not self.mismatches
+
+
+@dataclass(frozen=True)
+class ParityResult:
+    """All cases of one ``check`` (form "cases") or one toggled run pair (form "toggle")."""
+
+    form: str
+    outcomes: tuple[CaseOutcome, ...]
+
+    @property
+    def checked(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def passed(self) -> int:
+        return sum(outcome.passed for outcome in self.outcomes)
+
+    @property
+    def failures(self) -> list[CaseOutcome]:
+        return [outcome for outcome in self.outcomes if not outcome.passed]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def reason(self) -> str:
+        """One line naming the first failing case and its first difference ("" when ok)."""
+        if self.ok:
+            return ""
+        first = self.failures[0]
+        verb = "differs" if self.form == "cases" else "differ"
+        line = f"cuda_graph_parity: {first.title} {verb}: {first.mismatches[0].describe()}"
+        if len(first.mismatches) > 1:
+            line += f" (and {len(first.mismatches) - 1} more)"
+        if first.input_shapes:
+            line += "; input shapes: " + ", ".join(first.input_shapes)
+        if len(self.failures) > 1:
+            line += f"; {len(self.failures)} of {self.checked} cases differ"
+        return line
+
+    def details(self) -> str:
+        """Every failing case and every difference in it (the "cudagraph parity" section)."""
+        lines = []
+        for outcome in self.failures:
+            shapes = ", ".join(outcome.input_shapes)
+            lines.append(
+                f"{outcome.title} (input shapes: {shapes}):" if shapes else f"{outcome.title}:"
+            )
+            lines += [f"    {mismatch.describe()}" for mismatch in outcome.mismatches]
+        lines.append(f"{self.passed} of {self.checked} match")
+        return "\n".join(lines)
+
+
+class ParityChecker:
+    """The parity engine; ``on_result`` sees each result (the fixture fails the test there).
+
+    ``seed`` seeds case k with ``seed + k``: the generator handed to ``make_inputs`` and the
+    global CPU and CUDA generators while each side runs.
+    """
+
+    def __init__(
+        self,
+        device: torch.device | str,
+        seed: int = 0,
+        on_result: Callable[[ParityResult], None] | None = None,
+    ) -> None:
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
+        self.seed = seed
+        self._on_result = on_result
+        self._recording: dict[str, list[object]] | None = None
+
+    def check(
+        self,
+        eager: Callable[..., object],
+        graphed: Callable[..., object],
+        make_inputs: Callable[[torch.Generator, object], object],
+        cases: int | Iterable[object] = 8,
+        *,
+        rtol: float = 0.0,
+        atol: float = 0.0,
+    ) -> ParityResult:
+        """Run both callables on every case and compare all outputs.
+
+        ``make_inputs(generator, case)`` returns the inputs of one call: a dict (keyword
+        arguments), a tuple or list (positional arguments) or a single value. ``cases`` is a
+        count (cases 0..n-1) or the case values themselves, e.g. a list of shapes.
+        """
+        case_values = list(range(cases)) if isinstance(cases, int) else list(cases)
+        outcomes = []
+        for index, case in enumerate(case_values):
+            seed = self.seed + index
+            # Only the graphed side is held to no_host_sync; the rest is the harness.
+            with host_syncs_allowed(self.device):
+                eager_inputs = self._make_seeded(make_inputs, case, seed)
+                shapes = tuple(_tensor_shapes(eager_inputs))
+                expected = self._call_seeded(eager, eager_inputs, seed)
+                graphed_inputs = self._make_seeded(make_inputs, case, seed)
+            actual = self._call_seeded(graphed, graphed_inputs, seed)
+            with host_syncs_allowed(self.device):
+                mismatches = compare_outputs(expected, actual, rtol=rtol, atol=atol)
+            title = f"case {index} of {len(case_values)}"
+            if not isinstance(cases, int):
+                title += f" ({case!r})"
+            outcomes.append(CaseOutcome(title, shapes, tuple(mismatches)))
+        return self._finish(ParityResult("cases", tuple(outcomes)))
+
+    def run_toggled(self, body: Callable[[], object], toggle: str) -> ParityResult:
+        """Run ``body`` with ``toggle`` set to "0" and then "1" and compare what it recorded.
+
+        The variable is restored afterwards; under no_host_sync only the "1" run is held to it.
+        """
+        recordings = []
+        for value in ("0", "1"):
+            lifted = host_syncs_allowed(self.device) if value == "0" else nullcontext()
+            with _environment(toggle, value), self._seeded(self.seed), lifted:
+                self._recording = {}
+                try:
+                    body()
+                    recordings.append(self._recording)
+                finally:
+                    self._recording = None
+        off, on = recordings
+        with host_syncs_allowed(self.device):
+            mismatches = compare_outputs(
+                off, on, path="recorded", sides=(f"{toggle}=0", f"{toggle}=1")
+            )
+        if not off and not on:
+            nothing = "nothing was recorded; call graph_parity.record(name, value) in the body"
+            mismatches = [Mismatch("recorded", nothing)]
+        outcome = CaseOutcome(f"runs with {toggle}=0 and =1", (), tuple(mismatches))
+        return self._finish(ParityResult("toggle", (outcome,)))
+
+    def record(self, name: str, value: object) -> None:
+        """Record a value (tensor, number, or list/tuple/dict of them) from a toggled run."""
+        if self._recording is None:
+            raise RuntimeError(
+                "graph_parity.record() works only in the body of a test marked "
+                "cuda_graph_parity(toggle=...)"
+            )
+        self._recording.setdefault(name, []).append(_snapshot(value))
+
+    def _finish(self, result: ParityResult) -> ParityResult:
+        if self._on_result is not None:
+            self._on_result(result)
+        return result
+
+    def _make_seeded(
+        self, make_inputs: Callable[[torch.Generator, object], object], case: object, seed: int
+    ) -> object:
+        # Seeded globally too, so inputs drawn without the generator still match.
+        with self._seeded(seed):
+            return make_inputs(torch.Generator(device=self.device).manual_seed(seed), case)
+
+    @contextmanager
+    def _seeded(self, seed: int) -> Iterator[None]:
+        cuda_devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda_devices, device_type="cuda"):
+            torch.default_generator.manual_seed(seed)
+            if cuda_devices:
+                torch.cuda.default_generators[self.device.index].manual_seed(seed)
+            yield
+
+    def _call_seeded(self, function: Callable[..., object], inputs: object, seed: int) -> object:
+        with self._seeded(seed):
+            if isinstance(inputs, Mapping):
+                return function(**inputs)
+            if isinstance(inputs, (tuple, list)):
+                return function(*inputs)
+            return function(inputs)
+
+
+def _tensor_shapes(inputs: object, path: str = "") -> Iterator[str]:
+    """'name (8, 64)' for each tensor among the inputs."""
+    if isinstance(inputs, torch.Tensor):
+        yield f"{path or 'input'} {tuple(inputs.shape)}"
+    elif isinstance(inputs, Mapping):
+        for key, value in inputs.items():
+            yield from _tensor_shapes(value, f"{path}[{key!r}]" if path else str(key))
+    elif isinstance(inputs, (tuple, list)):
+        for index, value in enumerate(inputs):
+            yield from _tensor_shapes(value, f"{path or 'args'}[{index}]")
+
+
+def _snapshot(value: object) -> object:
+    """A copy that later in-place updates (or graph replays) cannot change."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, Mapping):
+        return {key: _snapshot(item) for key, item in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_snapshot(item) for item in value]
+    return value
+
+
+@contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = previous

@@ -1,0 +1,89 @@
+"""pinned_stack: run a test only on the software stack the upstream repo pins.
+
+A pinned stack maps each component (python, torch, and torch's CUDA) to a PEP 440
+specifier set. It is written as entries like ``torch~=2.7.0``: the component's name
+followed directly by its specifiers (quote an entry that contains spaces).
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import torch as _torch
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+COMPONENTS = ("python", "torch", "cuda")
+
+# What the upstream ReaSyn repo pins: Python 3.10, torch 2.7, CUDA 11.8.
+DEFAULT_PINNED_STACK = ("python~=3.10.0", "torch~=2.7.0", "cuda~=11.8")
+
+
+@dataclass(frozen=True)
+class RunningStack:
+    """Versions of the running stack; ``cuda`` is None on a CPU build of torch."""
+
+    python: str
+    torch: str
+    cuda: str | None
+
+
+def running_stack() -> RunningStack:
+    """The stack this process runs, with torch's local suffix dropped (2.7.1+cu126 is 2.7.1)."""
+    return RunningStack(
+        python=platform.python_version(),
+        torch=Version(_torch.__version__).public,
+        cuda=_torch.version.cuda,
+    )
+
+
+def parse_specifiers(component: str, text: str) -> SpecifierSet:
+    """One component's specifiers; ValueError for an unknown component or bad specifiers."""
+    if component not in COMPONENTS:
+        raise ValueError(f"unknown component {component!r}, expected one of {COMPONENTS}")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{component} needs PEP 440 specifiers such as '~=1.2', got {text!r}")
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        raise ValueError(f"{component}: {text!r} is not a PEP 440 specifier set") from None
+
+
+def parse_pinned_stack(entries: Iterable[str]) -> dict[str, SpecifierSet]:
+    """Parse entries like ``python~=3.10.0``; components not named are not pinned."""
+    pinned = {}
+    for entry in entries:
+        match = re.fullmatch(r"\s*([a-z]+)\s*(.*)", entry)
+        if match is None:
+            raise ValueError(
+                f"cannot read pinned-stack entry {entry!r}, expected e.g. torch~=2.7.0"
+            )
+        component, text = match.groups()
+        pinned[component] = parse_specifiers(component, text)
+    return pinned
+
+
+def pinned_stack(
+    *, python: str | None = None, torch: str | None = None, cuda: str | None = None
+) -> dict[str, SpecifierSet]:
+    """Skip unless the running stack matches the pinned one (ini cudagraph_pinned_stack);
+    PEP 440 specifiers given here override it per component."""
+    given = {"python": python, "torch": torch, "cuda": cuda}
+    return {name: parse_specifiers(name, text) for name, text in given.items() if text is not None}
+
+
+def mismatches(pinned: Mapping[str, SpecifierSet], running: RunningStack) -> list[str]:
+    """One line per pinned component the running stack does not satisfy."""
+    found = []
+    for component, specifiers in pinned.items():
+        version = getattr(running, component)
+        if version is None or not specifiers.contains(version, prereleases=True):
+            found.append(f"{component} {version or 'none'} not {specifiers}")
+    return found
+
+
+def skip_reason(found: list[str]) -> str:
+    return "pinned stack not running: " + "; ".join(found)

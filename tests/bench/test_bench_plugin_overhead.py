@@ -1,0 +1,94 @@
+"""What the plugin's own checks cost: a 64-case parity check and one NVML memory probe.
+
+On the GPU the parity check compares eager and the graph cache at the default config over four
+keys, the way a user's test does (graphs captured in the warm-up round). On CPU it runs the
+same check at the tiny config with eager on both sides: the engine's own cost (inputs, seeded
+RNG, comparison), so that CI keeps it running.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from bench_workloads import MEMORY_LEN, needs_cuda
+
+from pytest_cudagraph.parity import ParityChecker
+from reasyn_ref import Decoder, DecoderConfig, expand_memory
+from reasyn_ref.graph_cache import GraphCache
+from reasyn_ref.model import ar_step_logits
+
+CASES = 64
+PARITY_KEYS = [(1, 64), (2, 64), (4, 128), (8, 64)]  # cases cycle over them
+ROUNDS = 3
+
+
+def parity_inputs(config: DecoderConfig, generator: torch.Generator, case: int) -> dict:
+    """One AR step's inputs at key PARITY_KEYS[case % 4], every tensor drawn from ``generator``:
+    right-padded rows of random lengths (the first one full), gather at each row's end, one
+    target's memory with a random amount of padding, expanded over the rows."""
+    batch, seq = PARITY_KEYS[case % len(PARITY_KEYS)]
+    device = generator.device
+
+    def draw(low: int, high: int, shape: tuple[int, ...]) -> torch.Tensor:
+        return torch.randint(low, high, shape, generator=generator, device=device)
+
+    lengths = draw(1, seq + 1, (batch,))
+    lengths[0] = seq
+    tokens = draw(3, config.vocab_size, (batch, seq))
+    tokens[:, 0] = config.start_token
+    padding = torch.arange(seq, device=device) >= lengths[:, None]
+    tokens = tokens.masked_fill(padding, config.pad_token)
+    memory = torch.randn(1, MEMORY_LEN, config.d_model, generator=generator, device=device)
+    mask = torch.arange(MEMORY_LEN, device=device) >= MEMORY_LEN - draw(0, 16, (1, 1))
+    memory, mask = expand_memory(memory, mask, batch)
+    return {
+        "tokens": tokens,
+        "memory": memory,
+        "memory_padding_mask": mask,
+        "gather": lengths - 1,
+        "rows": batch,
+    }
+
+
+def benchmark_parity_check(benchmark, decoder: Decoder, graphed) -> None:
+    """Time one 64-case check of ``graphed`` against eager; every case must match exactly."""
+    checker = ParityChecker(next(decoder.parameters()).device)
+    eager = partial(ar_step_logits, decoder, bf16=True)
+    make_inputs = partial(parity_inputs, decoder.config)
+    result = benchmark.pedantic(
+        checker.check, args=(eager, graphed, make_inputs, CASES), rounds=ROUNDS, warmup_rounds=1
+    )
+    assert result.ok and result.checked == CASES, result.reason()
+
+
+def test_parity_check_cpu_tiny(benchmark):
+    torch.manual_seed(0)
+    decoder = Decoder(DecoderConfig.tiny()).eval()
+    benchmark_parity_check(benchmark, decoder, partial(ar_step_logits, decoder, bf16=True))
+    benchmark.extra_info.update(
+        bench="plugin_overhead", variant="parity_check", device="cpu", config="tiny", cases=CASES
+    )
+
+
+@needs_cuda
+def test_parity_check_gpu_default(cuda_benchmark, cuda_device, default_decoder):
+    cache = GraphCache(default_decoder, cuda_device, capacity=len(PARITY_KEYS))
+    benchmark_parity_check(cuda_benchmark, default_decoder, cache)
+    cuda_benchmark.extra_info.update(
+        bench="plugin_overhead",
+        variant="parity_check",
+        device="cuda",
+        config="default",
+        cases=CASES,
+        captures=cache.stats.captures,
+    )
+    cache.clear()
+
+
+@needs_cuda
+def test_nvml_probe(cuda_benchmark, device_memory):
+    cuda_benchmark(device_memory.sample)
+    cuda_benchmark.extra_info.update(
+        bench="plugin_overhead", variant="nvml_probe", device="cuda", config="-"
+    )

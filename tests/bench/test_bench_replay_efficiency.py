@@ -1,0 +1,61 @@
+"""Replay efficiency: how close a graph-cache call comes to the time of its kernels alone.
+
+The benchmark times ``REPLAYS`` back-to-back cache calls per round (staging, replay, fp32 copy;
+no sync between them, as a caller that keeps the GPU fed), between device synchronizations.
+A separate pass of the same calls under the profiler sums the device time of every kernel and
+copy they ran. Efficiency = device time per call / wall time per call; what it misses is launch
+latency and idle time between kernels.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import torch
+from bench_workloads import FORWARD_KEYS, forward_inputs, key_id, needs_cuda, warm_up
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+from reasyn_ref.graph_cache import GraphCache
+
+pytestmark = needs_cuda
+
+REPLAYS = 10
+ROUNDS = 5
+
+
+def device_time_per_call_ms(step, calls: int) -> tuple[float, float]:
+    """(device ms, device kernels and copies) per call, over ``calls`` calls of ``step``."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            step()
+        torch.cuda.synchronize()
+    device_events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    if not device_events:
+        raise AssertionError("the profiler saw no device activity in the replays (CUPTI off?)")
+    # For a device event its self time is its whole duration (microseconds).
+    total_us = sum(e.self_device_time_total for e in device_events)
+    return total_us / 1e3 / calls, len(device_events) / calls
+
+
+@pytest.mark.parametrize("key", FORWARD_KEYS, ids=key_id)
+def test_replay_efficiency(key, default_decoder, cuda_device, cuda_benchmark):
+    inputs = forward_inputs(default_decoder.config, key, cuda_device)
+    cache = GraphCache(default_decoder, cuda_device)
+    step = partial(cache, *inputs, rows=key[0])
+    warm_up(step)  # the first call captures
+    cuda_benchmark.pedantic(step, rounds=ROUNDS, iterations=REPLAYS, warmup_rounds=1)
+    device_ms, device_ops_per_call = device_time_per_call_ms(step, REPLAYS)
+    info = cuda_benchmark.extra_info
+    info.update(
+        bench="replay_efficiency",
+        key=list(key),
+        replays=REPLAYS,
+        device_ms=device_ms,
+        device_ops_per_call=round(device_ops_per_call),
+    )
+    if cuda_benchmark.stats is not None:
+        wall_ms = cuda_benchmark.stats.stats.median * 1e3  # per call: stats divide by REPLAYS
+        info.update(wall_ms=wall_ms, efficiency=device_ms / wall_ms)
+    cache.clear()
