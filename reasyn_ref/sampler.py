@@ -214,7 +214,7 @@ class ARSampler:
         for name, tensor in (("memory", memory), ("memory_padding_mask", memory_padding_mask)):
             if tensor.device != self.device:
                 raise ValueError(f"{name} is on {tensor.device}; the decoder is on {self.device}")
-        if not isinstance(generator, torch.Generator) or generator.device != self.device:
+        if not isinstance(generator, torch.Generator) or _indexed(generator.device) != self.device:
             where = generator.device if isinstance(generator, torch.Generator) else None
             raise ValueError(
                 f"generator must be a torch.Generator on the decoder's device {self.device}, "
@@ -302,6 +302,13 @@ def check_graph_settings(*, batched: bool, bucket: bool, bf16: bool, device: tor
         raise ValueError("cudagraph=True needs CUDA, and torch.cuda.is_available() is False")
     if device.type != "cuda":
         raise ValueError(f"cudagraph=True needs the decoder on a CUDA device, it is on {device}")
+
+
+def _indexed(device: torch.device) -> torch.device:
+    """``torch.Generator(device="cuda")`` reports plain "cuda": it means the current device."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def _token_id(token: object) -> int:
