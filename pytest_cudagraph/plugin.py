@@ -20,8 +20,9 @@ import pytest
 import torch
 from packaging.specifiers import SpecifierSet
 
-from pytest_cudagraph import bench, devices, hostsync, memory, parity, settings, stack
+from pytest_cudagraph import bench, devices, hostsync, memory, parity, settings, stack, target
 from pytest_cudagraph import report as reports
+from pytest_cudagraph.conformance import summary as conformance_summary
 from pytest_cudagraph.faults import FaultInjector
 
 # The marker functions validate a marker's arguments and define its --markers help.
@@ -61,6 +62,7 @@ STRAY_CHECK_OUTPUT = "cudagraph_stray_check"  # key in xdist's workeroutput
 def pytest_addoption(parser: pytest.Parser) -> None:
     for setting in settings.SETTINGS:
         settings.add_to_parser(parser, setting)
+    settings.add_to_parser(parser, target.TARGET)
     parser.addini(
         "cudagraph_pinned_stack",
         type="args",
@@ -86,6 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STRAY_CHECKS] = []
     config.stash[reports.SUMMARY_RECORDS] = []
     config.pluginmanager.register(_SummaryRecords(config), "cudagraph-summary-records")
+    conformance_summary.register(config, target.target_spec(config))  # loads an explicit spec
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(config), "cudagraph-xdist")
     if config.pluginmanager.hasplugin("benchmark"):
@@ -251,6 +254,13 @@ def fault_injector() -> Iterator[FaultInjector]:
     injector = FaultInjector()
     yield injector
     injector.restore()
+
+
+@pytest.fixture(scope="session")
+def conformance_target(request: pytest.FixtureRequest) -> target.CudaGraphTarget:
+    """The conformance suite's target (``--cudagraph-target``), built once per session on
+    ``cuda_device``, or on the CPU without CUDA (for the checks that need no GPU)."""
+    return target.session_target(request)
 
 
 @pytest.fixture

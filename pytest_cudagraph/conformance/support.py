@@ -1,0 +1,166 @@
+"""What the conformance checks share: drawing a case's inputs, comparing outputs, telling graph
+memory from ordinary memory, and the device-binding probe that runs in a fresh process."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import traceback
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any
+
+import pytest
+import torch
+
+from pytest_cudagraph import devices
+from pytest_cudagraph.faults import FaultInjector
+from pytest_cudagraph.parity import compare_outputs
+from pytest_cudagraph.plugin import NEEDS_CUDA
+from pytest_cudagraph.target import CudaGraphTarget, Inputs, build_target, missing_field_reason
+
+MiB = devices.MiB
+DEFAULT_POOL = (0, 0)  # the caching allocator's own pool; graphs get private ones
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason=NEEDS_CUDA)
+
+
+def skip_without(target: CudaGraphTarget, *fields: str) -> None:
+    """Skip the check when the target leaves any of these optional fields out."""
+    reason = missing_field_reason(target, *fields)
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def lock_was_held(target: CudaGraphTarget) -> bool:
+    """Whether the target's lock is held (probed from another thread); a held lock is then
+    released, so that one broken check does not hang the checks after it."""
+    if target.lock is None:
+        return False
+    try:
+        FaultInjector().assert_lock_free(target.lock)
+    except AssertionError:
+        target.lock.release()
+        return True
+    return False
+
+
+def draw(target: CudaGraphTarget, case: int, seed: int) -> Inputs:
+    """One call's inputs for ``case``, their values drawn from ``seed``."""
+    return target.make_inputs(torch.Generator(target.device).manual_seed(seed), case)
+
+
+def case_in_key(target: CudaGraphTarget, key_index: int, repeat: int) -> int:
+    """The ``repeat``-th case landing in key number ``key_index``."""
+    return key_index + repeat * target.num_keys
+
+
+def differences(expected: object, actual: object) -> list[str]:
+    """Each bitwise difference between two outputs, described."""
+    return [mismatch.describe() for mismatch in compare_outputs(expected, actual)]
+
+
+def tensors_in(value: object) -> list[torch.Tensor]:
+    """The tensors in an output: a tensor, or tuples, lists and dicts of them."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [tensor for item in value for tensor in tensors_in(item)]
+    return []
+
+
+def input_tensor_names(inputs: Inputs) -> list[str]:
+    return [name for name, value in inputs.items() if isinstance(value, torch.Tensor)]
+
+
+def graph_pool_of(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """The private (graph) memory pool holding ``tensor``'s storage; None when the storage
+    lies in the allocator's default pool or outside the allocator."""
+    address = tensor.untyped_storage().data_ptr()
+    for segment in torch.cuda.memory_snapshot():
+        if segment.get("device") != tensor.device.index:
+            continue
+        start = segment["address"]
+        if start <= address < start + segment["total_size"]:
+            pool = tuple(segment["segment_pool_id"])
+            return None if pool == DEFAULT_POOL else pool
+    return None
+
+
+def run_in_fresh_process(function: Callable[..., Any], *args: object, timeout: float) -> Any:
+    """``function(*args)`` in a newly spawned process (no CUDA state inherited); its return
+    value, or RuntimeError with the child's traceback. A child past ``timeout`` is killed."""
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_child_main, args=(sender, function, args), daemon=True)
+    process.start()
+    sender.close()
+    try:
+        if not receiver.poll(timeout):
+            raise RuntimeError(f"{function.__name__} gave no answer within {timeout:g} s")
+        succeeded, value = receiver.recv()
+    except EOFError:
+        process.join(5)
+        raise RuntimeError(
+            f"{function.__name__}'s process died (exit code {process.exitcode})"
+        ) from None
+    finally:
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        receiver.close()
+    if not succeeded:
+        raise RuntimeError(f"{function.__name__} failed in its process:\n{value}")
+    return value
+
+
+def _child_main(sender: Any, function: Callable[..., Any], args: tuple[object, ...]) -> None:
+    try:
+        sender.send((True, function(*args)))
+    except BaseException:
+        sender.send((False, traceback.format_exc()))
+
+
+def binding_probe(spec: str, cases: Sequence[int]) -> dict[str, Any]:
+    """Run in a fresh process, where cuda:0 is current and nothing has touched it yet: build the
+    target on cuda:1, call each case's graphed path twice (capture, then replay with new
+    inputs) against eager, and report what happened on cuda:0 (NVML: is this process there?)."""
+    current = torch.device("cuda", torch.cuda.current_device())
+    other = torch.device("cuda", 1)
+    watch = _nvml_watch(current)
+    listed_before = watch()
+    target = build_target(spec, other)
+    problems: list[str] = []
+    keys: set[Hashable] = set()
+    for case in cases:
+        for attempt, seed in (("capture", 0), ("replay", 1)):
+            inputs = draw(target, case, seed)
+            keys.add(target.key_of(inputs))
+            try:
+                found = differences(target.eager(inputs), target.graphed(inputs))
+            except Exception as error:  # report it with what NVML saw, not instead of it
+                found = [f"{type(error).__name__}: {error}"]
+            problems += [f"case {case} ({attempt}): {difference}" for difference in found]
+    torch.cuda.synchronize(other)
+    listed_after = watch()  # before any other query, so that only the target is judged
+    return {
+        "calls": 2 * len(cases),
+        "keys": len(keys),
+        "problems": problems,
+        "current_after": torch.cuda.current_device(),
+        "torch_reserved_on_current": torch.cuda.memory_reserved(current),
+        "nvml_on_current": (listed_before, listed_after),
+        "nvml_on_target": _nvml_watch(other)(),
+    }
+
+
+def _nvml_watch(device: torch.device) -> Callable[[], int | str | None]:
+    """A reading of this process's memory on ``device`` as NVML sees it: bytes, None when
+    NVML lists the process nowhere there, or a string saying why NVML cannot tell."""
+    status = devices.nvml_status()
+    if not status.available:
+        return lambda: f"NVML unavailable: {status.detail}"
+    handle = devices.nvml_handle(device)
+    return lambda: devices.process_used_bytes(handle, os.getpid())

@@ -1,0 +1,49 @@
+"""No baked inputs: on one cached key, changing any single input tensor changes the graphed
+answer exactly as it changes the eager one. A graph that baked an input in at capture (upstream
+baked the encoder memory) keeps answering for the old value."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pytest_cudagraph.conformance.support import (
+    differences,
+    draw,
+    input_tensor_names,
+    needs_cuda,
+)
+from pytest_cudagraph.parity import compare_outputs
+from pytest_cudagraph.target import CudaGraphTarget
+
+CASE = 1
+OTHER_DRAWS = 4  # draws to take a changed input from, until one changes the eager answer
+
+
+@needs_cuda
+def test_no_baked_inputs(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+    base = draw(target, CASE, seed=0)
+    key = target.key_of(base)
+    base_answer = target.eager(base)
+    problems = [f"first call: {d}" for d in differences(base_answer, target.graphed(base))]
+    varied = []
+    for name in input_tensor_names(base):
+        for seed in range(1, OTHER_DRAWS + 1):
+            changed = {**base, name: draw(target, CASE, seed)[name]}
+            assert target.key_of(changed) == key, (
+                f"changing {name!r} moved the call off key {key!r}"
+            )
+            expected = target.eager(changed)
+            if not compare_outputs(base_answer, expected):
+                continue  # this draw's value happens not to matter; take another
+            problems += [
+                f"{name} changed: {d}" for d in differences(expected, target.graphed(changed))
+            ]
+            varied.append(name)
+            break
+        else:
+            problems.append(
+                f"{name} changed in {OTHER_DRAWS} draws and the eager answer never did; "
+                "make_inputs must vary it in a way that matters"
+            )
+    record_figure(f"key {key!r}: changed {', '.join(varied)} one at a time")
+    assert not problems, "graphed answers after changing one input:\n" + "\n".join(problems)

@@ -1,0 +1,29 @@
+"""Capture-clean forward: one eager forward at the largest key makes no device-to-host
+synchronization, the precondition for capturing it at all."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from pytest_cudagraph.conformance.support import needs_cuda, skip_without
+from pytest_cudagraph.target import CudaGraphTarget
+
+
+@pytest.fixture
+def forward(target: CudaGraphTarget) -> Callable[[], object]:
+    """The target's forward, run once outside the check so that first-use setup (drawing its
+    inputs, library handles) is not judged."""
+    skip_without(target, "capture_clean_forward")
+    target.capture_clean_forward()
+    return target.capture_clean_forward
+
+
+@needs_cuda
+@pytest.mark.no_host_sync
+def test_capture_clean_forward(
+    forward: Callable[[], object], record_figure: Callable[[str], None]
+) -> None:
+    forward()
+    record_figure("one eager forward at the largest key, in sync debug mode 'error'")

@@ -1,0 +1,57 @@
+"""Device binding: a target on cuda:1 works while cuda:0 is current, and leaves cuda:0
+untouched: no CUDA context there (NVML), no torch memory, and cuda:0 still current.
+
+It runs in a fresh spawned process, the only place where cuda:0 can be current and untouched."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from pytest_cudagraph.conformance.support import (
+    MiB,
+    binding_probe,
+    needs_cuda,
+    run_in_fresh_process,
+)
+from pytest_cudagraph.target import target_spec
+
+CASES = (0, 1, 2, 3)  # four keys, each captured and then replayed
+TIMEOUT_S = 300
+
+
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 2,
+    reason="needs 2 visible GPUs (under xdist each worker sees only its own GPU: run this "
+    "check without -n)",
+)
+@needs_cuda  # evaluated first: on a host without CUDA, that is the reason
+def test_device_binding(
+    request: pytest.FixtureRequest, record_figure: Callable[[str], None]
+) -> None:
+    spec = target_spec(request.config)
+    found = run_in_fresh_process(binding_probe, spec, CASES, timeout=TIMEOUT_S)
+    problems = list(found["problems"])
+    if found["current_after"] != 0:
+        problems.append(f"cuda:{found['current_after']} was left current instead of cuda:0")
+    if found["torch_reserved_on_current"]:
+        reserved = found["torch_reserved_on_current"] / MiB
+        problems.append(f"torch reserved {reserved:.1f} MiB on cuda:0")
+    before, after = found["nvml_on_current"]
+    if before is None and after is not None:
+        problems.append(f"a CUDA context appeared on cuda:0 (NVML: {after / MiB:.0f} MiB)")
+    elif isinstance(before, int) and isinstance(after, int) and after - before >= MiB:
+        problems.append(f"this process's memory on cuda:0 grew by {(after - before) / MiB:.0f} MiB")
+    record_figure(f"{found['calls']} calls over {found['keys']} keys on cuda:1 with cuda:0 current")
+    assert not problems, "\n".join(problems)
+    if not isinstance(found["nvml_on_target"], int):
+        pytest.skip(
+            "graphs on cuda:1 match eager and torch left cuda:0 alone, but NVML cannot see "
+            f"this process's contexts ({found['nvml_on_target']!r} on cuda:1)"
+        )
+    record_figure(
+        f"{found['calls']} calls over {found['keys']} keys on cuda:1 with cuda:0 current: "
+        "max |diff| 0, no context on cuda:0"
+    )

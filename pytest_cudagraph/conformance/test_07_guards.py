@@ -1,0 +1,32 @@
+"""Guards: every unsupported mode the target names is refused with a clear error: a
+ValueError, TypeError or RuntimeError whose message says what is unmet. Runs on the CPU too."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from pytest_cudagraph.conformance.support import skip_without
+from pytest_cudagraph.target import CudaGraphTarget
+
+CLEAR_ERRORS = (ValueError, TypeError, RuntimeError)
+
+
+def test_guards(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+    skip_without(target, "unsupported_modes")
+    problems = []
+    for name, (call, pattern) in target.unsupported_modes.items():
+        try:
+            call()
+        except CLEAR_ERRORS as error:
+            if not re.search(pattern, str(error)):
+                problems.append(
+                    f"{name}: {type(error).__name__}({str(error)!r}) does not say {pattern!r}"
+                )
+        except Exception as error:
+            problems.append(f"{name}: {type(error).__name__}({str(error)!r}) is not a usage error")
+        else:
+            problems.append(f"{name}: accepted")
+    modes = len(target.unsupported_modes)
+    record_figure(f"{modes - len(problems)} of {modes} unsupported modes refused clearly")
+    assert not problems, "\n".join(problems)

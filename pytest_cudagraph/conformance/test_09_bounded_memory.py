@@ -1,0 +1,56 @@
+"""Bounded memory: 40 distinct shapes through the cache keep this process's device memory
+(NVML) within a bound derived from the largest graph, and a reset gives it back to within
+512 MiB of the start (the graph_memory_bound marker judges that part)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from pytest_cudagraph.conformance.support import MiB, draw, needs_cuda, skip_without
+from pytest_cudagraph.memory import DeviceMemoryProbe
+from pytest_cudagraph.target import CudaGraphTarget
+
+SHAPES = 40
+RESET_BOUND_MIB = 512
+# Allocator rounding and driver bookkeeping on top of the graphs themselves.
+SLACK_MIB = 256
+
+
+@needs_cuda
+@pytest.mark.graph_memory_bound(RESET_BOUND_MIB)
+def test_bounded_memory(
+    target: CudaGraphTarget,
+    device_memory: DeviceMemoryProbe,
+    record_figure: Callable[[str], None],
+) -> None:
+    skip_without(target, "capacity", "largest_case")
+    if target.num_keys < SHAPES:
+        pytest.skip(f"target.num_keys is {target.num_keys}; this check needs {SHAPES} keys")
+    start = device_memory.sample().process_bytes
+
+    def growth() -> int:
+        return device_memory.sample().process_bytes - start
+
+    target.graphed(draw(target, target.largest_case, seed=0))
+    largest = growth()
+    target.reset()
+    # A cache may build a new graph before it evicts the oldest: capacity + 1 at once.
+    bound = (target.capacity + 1) * largest + SLACK_MIB * MiB
+    peak = 0
+    for case in range(SHAPES):
+        target.graphed(draw(target, case, seed=case))
+        peak = max(peak, growth())
+    target.reset()
+    after_reset = growth()
+    record_figure(
+        f"{SHAPES} shapes, capacity {target.capacity}: peak +{peak / MiB:.0f} MiB of bound "
+        f"{bound / MiB:.0f} MiB (largest graph {largest / MiB:.0f} MiB); "
+        f"after reset {after_reset / MiB:+.0f} MiB"
+    )
+    assert peak <= bound, (
+        f"memory grew to +{peak / MiB:.0f} MiB over {SHAPES} shapes, past the bound of "
+        f"{bound / MiB:.0f} MiB ((capacity {target.capacity} + 1) x the largest graph's "
+        f"{largest / MiB:.0f} MiB + {SLACK_MIB} MiB): the cache does not stay bounded"
+    )

@@ -1,0 +1,31 @@
+"""Processes: two spawned workers sharing one GPU's lock give the eager answers; graphs with two
+workers per GPU are refused before any process starts (that half runs on the CPU too)."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable
+
+import pytest
+
+from pytest_cudagraph.conformance.support import differences, needs_cuda, skip_without
+from pytest_cudagraph.target import CudaGraphTarget
+
+
+@needs_cuda
+def test_worker_processes(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+    skip_without(target, "run_workers")
+    results, expected = target.run_workers(2, False)
+    problems = differences(list(expected), list(results))
+    record_figure(f"2 workers on one GPU, graphs off: {len(results)} jobs")
+    assert not problems, "worker results differ from eager:\n" + "\n".join(problems)
+
+
+def test_worker_refusal(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+    skip_without(target, "run_workers")
+    children = set(multiprocessing.active_children())
+    with pytest.raises(ValueError) as refused:
+        target.run_workers(2, True)
+    started = set(multiprocessing.active_children()) - children
+    assert not started, f"{len(started)} worker process(es) started before the refusal"
+    record_figure(f"graphs with 2 workers per GPU refused: {refused.value}")

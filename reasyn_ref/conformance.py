@@ -1,0 +1,341 @@
+"""The bundled conformance target: reasyn_ref's GraphCache around the upstream-sized decoder.
+
+``pytest --pyargs pytest_cudagraph.conformance`` checks this target unless
+``--cudagraph-target`` names another. On CUDA the decoder has the default (upstream) config,
+random weights from a fixed seed, and runs in bf16 autocast, as the sampler does with graphs on.
+Without CUDA only the checks that need no GPU run (guards, worker refusal, the target's own
+contract), so the factory then builds the tiny config on the CPU and no graph cache.
+
+One call's inputs are those of one sampler step in the bucketed layout: tokens [Bb, Lb] with
+``rows`` real rows (the rest dummies), gather [Bb], memory [Bb, M, d] and its padding mask.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pytest_cudagraph.target import CudaGraphTarget, Inputs
+
+from .checkpoint import save_checkpoint
+from .config import DecoderConfig
+from .graph_cache import GraphCache, GraphKey, check_graph_inputs
+from .model import Decoder, ar_step_logits, expand_memory
+from .sampler import ARSampler
+from .workers import SampleJob, WorkerPool
+
+# Case c lands in key (BATCHES[c % 5], SEQS[c % 4], MEMORIES[c % 3]). The moduli are coprime,
+# so cases 0..59 are 60 distinct keys and neighbouring cases differ in every dimension.
+BATCHES = (1, 2, 4, 8, 16)
+SEQS = (64, 128, 192, 256)
+# (memory length, shared): a shared memory is one target's [1, M, d] expanded over the batch, as
+# the sampler passes it; the others hold one memory per row. The cache keys on that layout too.
+MEMORIES = ((64, False), (128, True), (192, False))
+NUM_KEYS = len(BATCHES) * len(SEQS) * len(MEMORIES)
+LARGEST_CASE = NUM_KEYS - 1  # 59 % 5, 59 % 4, 59 % 3 = 4, 3, 2: the largest of every dimension
+
+MODEL_SEED = 0
+TARGET_SEED = 1  # the memory the sampler and the worker jobs decode from
+# Sampling: prefix lengths on both sides of the 64 bucket, so keys change during a run.
+SAMPLE_PREFIX_LENGTHS = (1, 5, 17, 40, 63, 70)
+SAMPLE_MAX_LEN = 96
+SAMPLE_MEMORY_LEN = 64
+WORKER_JOB_SEEDS = (11, 12, 13, 14)
+
+
+def key_for_case(case: int) -> tuple[int, int, int, bool]:
+    """(bucketed batch, bucketed sequence, memory length, shared memory) of a case."""
+    return (
+        BATCHES[case % len(BATCHES)],
+        SEQS[case % len(SEQS)],
+        *MEMORIES[case % len(MEMORIES)],
+    )
+
+
+def make_target(device: torch.device) -> CudaGraphTarget:
+    """The conformance target for ``device`` (a CUDA device, or the CPU for the CPU-only checks)."""
+    return ReferenceTarget(device).as_target()
+
+
+class ReferenceTarget:
+    """The decoder, its graph cache and what the checks call them with. ``cache_class`` lets
+    the project's tests swap in deliberately broken caches."""
+
+    def __init__(self, device: torch.device, cache_class: type[GraphCache] = GraphCache) -> None:
+        self.device = device
+        self.config = DecoderConfig() if device.type == "cuda" else DecoderConfig.tiny()
+        self.decoder = seeded_decoder(self.config, MODEL_SEED).to(device)
+        self.cache = cache_class(self.decoder, device) if device.type == "cuda" else None
+        self._largest_inputs: Inputs | None = None
+        self._checkpoint_dir: tempfile.TemporaryDirectory[str] | None = None
+
+    def as_target(self) -> CudaGraphTarget:
+        common: dict[str, Any] = dict(
+            device=self.device,
+            eager=self.eager,
+            graphed=self.graphed,
+            make_inputs=self.make_inputs,
+            key_of=self.key_of,
+            num_keys=NUM_KEYS,
+            reset=self.reset,
+            sampler=self.sample,
+            graphs_toggle="REASYN_CUDAGRAPH",
+            unsupported_modes=self.unsupported_modes(),
+            run_workers=self.run_workers,
+        )
+        if self.cache is None:
+            return CudaGraphTarget(**common)
+        cache = self.cache
+        return CudaGraphTarget(
+            **common,
+            lock=cache.lock,
+            cached_keys=lambda: list(cache.keys()),
+            fault_points={
+                "warm_up": (cache, "_warm_up"),
+                "capture": (cache, "_capture"),
+                "replay": (cache, "_replay"),
+                "copy_out": (cache, "_copy_out"),
+            },
+            capacity=cache.capacity,
+            largest_case=LARGEST_CASE,
+            capture_clean_forward=self.capture_clean_forward,
+        )
+
+    def eager(self, inputs: Inputs) -> Tensor:
+        return ar_step_logits(
+            self.decoder,
+            inputs["tokens"],
+            inputs["memory"],
+            inputs["memory_padding_mask"],
+            inputs["gather"],
+            rows=inputs["rows"],
+            bf16=True,
+        )
+
+    def graphed(self, inputs: Inputs) -> Tensor:
+        if self.cache is None:
+            raise RuntimeError("reasyn_ref's graph cache needs CUDA; this target is on the CPU")
+        return self.cache(
+            inputs["tokens"],
+            inputs["memory"],
+            inputs["memory_padding_mask"],
+            inputs["gather"],
+            rows=inputs["rows"],
+        )
+
+    def make_inputs(self, generator: torch.Generator, case: int) -> Inputs:
+        """One sampler step at the case's key: ``rows`` real rows of random lengths (the longest
+        one in the key's sequence bucket), random memory with a random padded suffix, one per
+        row or one shared by all rows."""
+        batch, seq, memory_len, shared = key_for_case(case)
+        config, device = self.config, self.device
+
+        def draw(low: int, high: int, size: tuple[int, ...] = ()) -> Tensor:
+            return torch.randint(low, high, size, generator=generator, device=device)
+
+        rows = int(draw(batch // 2 + 1, batch + 1))
+        longest = int(draw(max(seq - 63, 1), seq + 1))
+        lengths = torch.ones(batch, dtype=torch.long, device=device)  # dummy rows: [start]
+        lengths[:rows] = draw(1, longest + 1, (rows,))
+        lengths[int(draw(0, rows))] = longest
+        positions = torch.arange(seq, device=device)
+        tokens = torch.where(
+            positions < lengths[:, None], draw(3, config.vocab_size, (batch, seq)), config.pad_token
+        )
+        tokens[:, 0] = config.start_token
+        memories = 1 if shared else batch
+        memory = torch.randn(
+            memories, memory_len, config.d_model, generator=generator, device=device
+        )
+        real_memory = draw(1, memory_len + 1, (memories, 1))
+        padding = torch.arange(memory_len, device=device) >= real_memory
+        if shared:  # what expand_memory gives the sampler: views, no copies
+            memory, padding = expand_memory(memory, padding, batch)
+        return {
+            "tokens": tokens,
+            "memory": memory,
+            "memory_padding_mask": padding,
+            "gather": lengths - 1,
+            "rows": rows,
+        }
+
+    def key_of(self, inputs: Inputs) -> GraphKey:
+        """The cache's own key for these inputs (its input check computes it)."""
+        return check_graph_inputs(
+            self.config,
+            self.device,
+            torch.float32,
+            inputs["tokens"],
+            inputs["memory"],
+            inputs["memory_padding_mask"],
+            inputs["gather"],
+            rows=inputs["rows"],
+        )
+
+    def reset(self) -> None:
+        if self.cache is not None:
+            self.cache.clear()
+
+    def capture_clean_forward(self) -> Tensor:
+        """One eager forward at the largest key; its inputs are drawn on the first call."""
+        if self._largest_inputs is None:
+            generator = torch.Generator(self.device).manual_seed(TARGET_SEED)
+            self._largest_inputs = self.make_inputs(generator, LARGEST_CASE)
+        return self.eager(self._largest_inputs)
+
+    def sample(self, seed: int) -> list[list[int]]:
+        """Sampled tokens for fixed prefixes and memory under ``seed``; graphs on or off as
+        REASYN_CUDAGRAPH says (the sampler reads it)."""
+        sampler = ARSampler(self.decoder, bf16=True, batched=True, bucket=True)
+        memory, padding = self.target_memory()
+        memory, padding = memory.to(self.device), padding.to(self.device)
+        generator = torch.Generator(self.device).manual_seed(seed)
+        return sampler.sample(memory, padding, self.prefixes(), generator, max_len=SAMPLE_MAX_LEN)
+
+    def target_memory(self) -> tuple[Tensor, Tensor]:
+        """One target's memory [1, M, d] and padding mask [1, M] on the CPU, the last 8 padded."""
+        generator = torch.Generator().manual_seed(TARGET_SEED)
+        memory = torch.randn(1, SAMPLE_MEMORY_LEN, self.config.d_model, generator=generator)
+        padding = torch.zeros(1, SAMPLE_MEMORY_LEN, dtype=torch.bool)
+        padding[:, -8:] = True
+        return memory, padding
+
+    def prefixes(self) -> list[list[int]]:
+        generator = torch.Generator().manual_seed(TARGET_SEED)
+        vocab = self.config.vocab_size
+        return [
+            [
+                self.config.start_token,
+                *torch.randint(3, vocab, (n - 1,), generator=generator).tolist(),
+            ]
+            for n in SAMPLE_PREFIX_LENGTHS
+        ]
+
+    def run_workers(
+        self, workers_per_gpu: int, graphs: bool
+    ) -> tuple[list[list[list[int]]], list[list[list[int]]]]:
+        """Sample a few jobs through a WorkerPool on this GPU and, in this process, eagerly;
+        returns (the pool's results, the eager results)."""
+        memory, padding = self.target_memory()
+        jobs = [
+            SampleJob(memory, padding, self.prefixes(), seed, max_len=SAMPLE_MAX_LEN)
+            for seed in WORKER_JOB_SEEDS
+        ]
+        with WorkerPool(
+            self.checkpoint(),
+            1,
+            workers_per_gpu,
+            # "cuda" on a CPU host too: the refusal of graphs with two workers per GPU comes
+            # before any device is needed, so the CPU-only run checks it as well.
+            device_type="cuda",
+            cudagraph=graphs,
+            bf16=True,
+        ) as pool:
+            results = pool.map(jobs)
+        # As the workers build theirs: batching and bucketing from the environment.
+        sampler = ARSampler(self.decoder, bf16=True, cudagraph=False)
+        expected = [
+            sampler.sample(
+                memory.to(self.device),
+                padding.to(self.device),
+                job.prefixes,
+                torch.Generator(self.device).manual_seed(job.seed),
+                max_len=job.max_len,
+            )
+            for job in jobs
+        ]
+        return results, expected
+
+    def checkpoint(self) -> Path:
+        """The decoder saved once, in a folder removed with this object (or at exit)."""
+        if self._checkpoint_dir is None:
+            self._checkpoint_dir = tempfile.TemporaryDirectory(prefix="reasyn-conformance-")
+            save_checkpoint(self._checkpoint_path(), self.decoder, self.config)
+        return self._checkpoint_path()
+
+    def _checkpoint_path(self) -> Path:
+        return Path(self._checkpoint_dir.name) / "decoder.pt"
+
+    def unsupported_modes(self) -> dict[str, tuple[Callable[[], object], str]]:
+        """Settings and inputs graphs do not support, each with the error it must raise."""
+        decoder = self.decoder
+        modes: dict[str, tuple[Callable[[], object], str]] = {
+            "graphs without bf16": (
+                lambda: ARSampler(decoder, cudagraph=True, bf16=False, batched=True, bucket=True),
+                r"needs bf16=True",
+            ),
+            "graphs without bucketing": (
+                lambda: ARSampler(decoder, cudagraph=True, bf16=True, batched=True, bucket=False),
+                r"needs bucket=True",
+            ),
+            "graphs without batching": (
+                lambda: ARSampler(decoder, cudagraph=True, bf16=True, batched=False, bucket=True),
+                r"needs batched=True",
+            ),
+        }
+        if self.cache is None:
+            modes["graphs without CUDA"] = (
+                lambda: GraphCache(decoder, self.device),
+                r"GraphCache needs CUDA",
+            )
+            return modes
+        cpu_decoder = seeded_decoder(DecoderConfig.tiny(), MODEL_SEED)
+        modes["graphs of a decoder on the CPU"] = (
+            lambda: GraphCache(cpu_decoder, "cpu"),
+            r"needs the decoder on a CUDA device",
+        )
+        for name, (change, message) in BAD_INPUTS.items():
+            modes[name] = (functools.partial(self._graphed_with, change), message)
+        return modes
+
+    def _graphed_with(self, change: Callable[[Inputs], Inputs]) -> Tensor:
+        """The graphed call on the largest case's inputs after ``change``."""
+        generator = torch.Generator(self.device).manual_seed(TARGET_SEED)
+        return self.graphed(change(self.make_inputs(generator, LARGEST_CASE)))
+
+
+# Inputs outside what a graph supports: how to make them from a valid call, and what the
+# cache's error must say. They start from LARGEST_CASE (batch 16, seq 256, memory 192 per row).
+BAD_INPUTS: dict[str, tuple[Callable[[Inputs], Inputs], str]] = {
+    "inputs on the CPU": (
+        lambda x: {k: v.cpu() if isinstance(v, Tensor) else v for k, v in x.items()},
+        r"tokens are on cpu",
+    ),
+    "int32 tokens": (lambda x: {**x, "tokens": x["tokens"].int()}, r"tokens must be a torch\.long"),
+    "bf16 memory": (
+        lambda x: {**x, "memory": x["memory"].bfloat16()},
+        r"memory must be torch\.float32",
+    ),
+    "batch not a bucket": (
+        lambda x: {
+            **{k: v[:3] for k, v in x.items() if isinstance(v, Tensor)},
+            "rows": min(x["rows"], 3),
+        },
+        r"batch 3 is not a batch bucket",
+    ),
+    "sequence not a bucket": (
+        lambda x: {**x, "tokens": x["tokens"][:, :100], "gather": x["gather"].clamp(max=99)},
+        r"length 100 is not a sequence bucket",
+    ),
+    "memory length not a bucket": (
+        lambda x: {
+            **x,
+            "memory": x["memory"][:, :100],
+            "memory_padding_mask": x["memory_padding_mask"][:, :100],
+        },
+        r"memory length 100 is not a memory bucket",
+    ),
+}
+
+
+def seeded_decoder(config: DecoderConfig, seed: int) -> Decoder:
+    """A decoder with random weights from ``seed``, in eval mode; the global RNG is left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return Decoder(config).eval()

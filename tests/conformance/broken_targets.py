@@ -1,0 +1,119 @@
+"""Deliberately broken conformance targets: the reference target with its GraphCache broken in
+exactly one way each. test_broken_targets.py runs the conformance suite on each and checks that
+the check meant for the fault fails and the others pass.
+
+Use as ``--cudagraph-target broken_targets:<factory>`` with this folder on the import path.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from torch import Tensor
+
+from pytest_cudagraph.target import CudaGraphTarget
+from reasyn_ref.conformance import ReferenceTarget
+from reasyn_ref.graph_cache import LRU, GraphCache, GraphKey, _Entry
+
+
+class BakedMemoryCache(GraphCache):
+    """Upstream's bug: the memory a graph first ran with stays in it; later calls on the same
+    key refresh tokens, mask and gather but not the memory."""
+
+    def _replay(
+        self,
+        entry: _Entry,
+        tokens: Tensor,
+        memory: Tensor,
+        memory_padding_mask: Tensor | None,
+        gather: Tensor,
+    ) -> None:
+        if getattr(entry, "memory_baked", False):
+            memory = entry.memory  # copying the buffer onto itself: the old memory stays
+        entry.memory_baked = True
+        super()._replay(entry, tokens, memory, memory_padding_mask, gather)
+
+
+class StaticOutputCache(GraphCache):
+    """Returns the graph's own output buffer (the fp32 cast captured in the graph) instead of
+    a copy, so the next replay of that key overwrites what the caller holds."""
+
+    def _forward(self, entry: _Entry) -> Tensor:
+        return super()._forward(entry).float()
+
+    def _copy_out(self, entry: _Entry, rows: int) -> Tensor:
+        return entry.logits[:rows]
+
+
+class LockKeptOnError:
+    """A lock whose with-block forgets to release it when the block raises."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> LockKeptOnError:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None:
+            self._lock.release()
+
+
+class LockKeptCache(GraphCache):
+    """An error in warm-up, capture, replay or copy leaves the cache's lock held."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.lock = LockKeptOnError()
+
+
+class WrongDeviceCache(GraphCache):
+    """Warms up and captures on a side stream of whatever device was current when the cache
+    was built, instead of the decoder's device."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self._side_stream = torch.cuda.Stream()
+
+
+class NeverEvicts(LRU):
+    def put(self, key: GraphKey, value: _Entry) -> list[tuple[GraphKey, _Entry]]:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        return []
+
+
+class UnboundedCache(GraphCache):
+    """Keeps reporting its capacity but never evicts, so graphs pile up."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self._lru = NeverEvicts(self.capacity)
+
+
+def baked_memory(device: torch.device) -> CudaGraphTarget:
+    return ReferenceTarget(device, BakedMemoryCache).as_target()
+
+
+def static_output(device: torch.device) -> CudaGraphTarget:
+    return ReferenceTarget(device, StaticOutputCache).as_target()
+
+
+def lock_kept_on_error(device: torch.device) -> CudaGraphTarget:
+    return ReferenceTarget(device, LockKeptCache).as_target()
+
+
+def wrong_device(device: torch.device) -> CudaGraphTarget:
+    return ReferenceTarget(device, WrongDeviceCache).as_target()
+
+
+def unbounded(device: torch.device) -> CudaGraphTarget:
+    return ReferenceTarget(device, UnboundedCache).as_target()

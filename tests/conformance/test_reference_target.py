@@ -1,0 +1,96 @@
+"""The bundled target (reasyn_ref.conformance) on the CPU: its cases land in the keys it
+promises, in the sampler's bucketed layout, and the inputs it calls unsupported are exactly the
+ones the graph cache's input check refuses, with the messages it expects."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from reasyn_ref.bucketing import bucket_batch, bucket_seq
+from reasyn_ref.conformance import (
+    BAD_INPUTS,
+    LARGEST_CASE,
+    NUM_KEYS,
+    ReferenceTarget,
+    key_for_case,
+)
+from reasyn_ref.graph_cache import check_graph_inputs
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def reference() -> ReferenceTarget:
+    return ReferenceTarget(CPU)
+
+
+def test_cases_cycle_through_sixty_distinct_keys() -> None:
+    assert NUM_KEYS == 60
+    assert len({key_for_case(case) for case in range(NUM_KEYS)}) == NUM_KEYS
+    assert key_for_case(7) == key_for_case(7 + NUM_KEYS) == (4, 256, 128, True)
+    assert key_for_case(LARGEST_CASE) == (16, 256, 192, False)
+    sizes = {
+        case: key_for_case(case)[0] * key_for_case(case)[1] * key_for_case(case)[2]
+        for case in range(NUM_KEYS)
+    }
+    assert max(sizes, key=sizes.get) == LARGEST_CASE
+
+
+@pytest.mark.parametrize("case", [0, 1, 4, 7, LARGEST_CASE])
+def test_inputs_are_one_sampler_step_in_the_bucketed_layout(
+    reference: ReferenceTarget, case: int
+) -> None:
+    batch, seq, memory_len, shared = key_for_case(case)
+    for seed in range(3):
+        inputs = reference.make_inputs(torch.Generator().manual_seed(seed), case)
+        assert reference.key_of(inputs) == (batch, seq, memory_len, True, shared and batch > 1)
+        if shared:  # one target's memory and mask viewed over the batch, as the sampler has it
+            assert inputs["memory"].stride(0) == inputs["memory_padding_mask"].stride(0) == 0
+        tokens, gather, rows = inputs["tokens"], inputs["gather"], inputs["rows"]
+        assert tokens.shape == (batch, seq) and gather.shape == (batch,)
+        assert inputs["memory"].shape == (batch, memory_len, reference.config.d_model)
+        assert inputs["memory_padding_mask"].shape == (batch, memory_len)
+        assert bucket_batch(rows) == batch
+        assert bucket_seq(int(gather.max()) + 1, reference.config.max_len) == seq
+        lengths = gather + 1
+        positions = torch.arange(seq)
+        real = positions < lengths[:, None]
+        assert (tokens[:, 0] == reference.config.start_token).all()
+        assert (tokens[~real] == reference.config.pad_token).all()
+        assert (tokens[real][tokens[real] != reference.config.start_token] >= 3).all()
+        assert (lengths[rows:] == 1).all(), "dummy rows are [start] + padding, gather 0"
+        assert not inputs["memory_padding_mask"][:, 0].any(), "every row attends to something"
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_each_unsupported_input_is_refused_by_the_cache_as_the_target_expects(
+    reference: ReferenceTarget, name: str
+) -> None:
+    change, message = BAD_INPUTS[name]
+    inputs = change(reference.make_inputs(torch.Generator().manual_seed(0), LARGEST_CASE))
+    # The cache is bound to a CUDA device; on the CPU only inputs moved off it differ from it.
+    bound = torch.device("cuda", 0) if name == "inputs on the CPU" else CPU
+    with pytest.raises(ValueError) as refused:
+        check_graph_inputs(
+            reference.config,
+            bound,
+            torch.float32,
+            inputs["tokens"],
+            inputs["memory"],
+            inputs["memory_padding_mask"],
+            inputs["gather"],
+            rows=inputs["rows"],
+        )
+    assert re.search(message, str(refused.value))
+
+
+def test_the_eager_step_is_the_samplers(reference: ReferenceTarget) -> None:
+    inputs = reference.make_inputs(torch.Generator().manual_seed(0), 3)
+    logits = reference.eager(inputs)
+    assert logits.shape == (inputs["rows"], reference.config.vocab_size)
+    assert logits.dtype == torch.float32
+    with pytest.raises(RuntimeError, match="needs CUDA"):
+        reference.graphed(inputs)

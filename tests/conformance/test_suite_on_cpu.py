@@ -1,0 +1,160 @@
+"""The conformance suite as CI sees it, on a host without CUDA: the checks that need no GPU run
+and pass, the rest skip saying CUDA is missing, the run exits 0 and the table says all of it.
+CUDA is hidden from the run (CUDA_VISIBLE_DEVICES=""), so this holds on a GPU host too.
+
+Also the table itself (pure functions) and what a user sees for a bad target spec."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from suite_runner import table_verdicts
+
+from pytest_cudagraph.conformance.summary import (
+    CheckRow,
+    ConformanceSummary,
+    check_name,
+    format_table,
+)
+
+CPU_CHECKS = {"target contract", "guards", "worker refusal"}
+GPU_CHECKS = {
+    "parity",
+    "no baked inputs",
+    "owned outputs",
+    "identical sampling",
+    "capture clean forward",
+    "device binding",
+    "lock safety",
+    "bounded memory",
+    "concurrency",
+    "worker processes",
+}
+NO_CUDA = "needs CUDA: torch.cuda.is_available() is False"
+
+
+@pytest.fixture
+def run_on_cpu(
+    run_suite: Callable[..., pytest.RunResult], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., pytest.RunResult]:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    return run_suite
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+def test_cpu_checks_pass_and_gpu_checks_skip_saying_why(
+    run_on_cpu: Callable[..., pytest.RunResult], workers: list[str]
+) -> None:
+    result = run_on_cpu(*workers)
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=len(CPU_CHECKS), skipped=len(GPU_CHECKS))
+    assert table_verdicts(result) == {
+        **dict.fromkeys(CPU_CHECKS, "passed"),
+        **dict.fromkeys(GPU_CHECKS, "skipped"),
+    }
+    result.stdout.fnmatch_lines(
+        [
+            "conformance of reasyn_ref.conformance:make_target (3 passed, 10 skipped):",
+            f"  parity * skipped * -  {NO_CUDA}",
+            "  guards * passed * 4 of 4 unsupported modes refused clearly",
+            "  worker refusal * passed * graphs with 2 workers per GPU refused: *",
+        ],
+        consecutive=False,
+    )
+    skipped_rows = [
+        line for line in result.stdout.lines if line.startswith("  ") and " skipped " in line
+    ]
+    assert len(skipped_rows) == len(GPU_CHECKS)
+    assert all(line.endswith(NO_CUDA) for line in skipped_rows)
+
+
+def test_a_bad_spec_stops_the_run_before_it_starts(
+    run_on_cpu: Callable[..., pytest.RunResult],
+) -> None:
+    result = run_on_cpu("--cudagraph-target", "no_such_module_here:make")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: conformance target 'no_such_module_here:make': cannot import module *"]
+    )
+
+
+def test_a_factory_returning_the_wrong_type_fails_every_check_with_one_clear_error(
+    run_on_cpu: Callable[..., pytest.RunResult], pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile(wrong_targets="def as_dict(device):\n    return {'device': device}\n")
+    pytester.syspathinsert()
+    result = run_on_cpu("--cudagraph-target", "wrong_targets:as_dict", "-k", "guards or contract")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*conformance target 'wrong_targets:as_dict': factory returned dict; expected a "
+            "pytest_cudagraph.target.CudaGraphTarget*"
+        ]
+    )
+
+
+def test_check_names_come_from_the_conformance_package_only() -> None:
+    location = "../venv/site-packages/pytest_cudagraph/conformance/test_01_parity.py"
+    assert check_name((location, 10, "test_parity")) == "parity"
+    assert check_name((location, 10, "test_no_baked_inputs")) == "no baked inputs"
+    assert check_name(("tests/test_parity.py", 10, "test_parity")) is None
+    windows = "..\\site-packages\\pytest_cudagraph\\conformance\\test_07_guards.py"
+    assert check_name((windows, 3, "test_guards")) == "guards"
+
+
+def test_the_table_aligns_columns_and_shows_the_figure_or_the_reason() -> None:
+    rows = [
+        CheckRow("parity", "passed", 4.25, "64 cases over 8 keys, max |diff| 0"),
+        CheckRow("bounded memory", "FAILED", 12.0, "40 shapes", "memory grew past the bound"),
+        CheckRow("device binding", "skipped", None, "", "needs 2 visible GPUs"),
+    ]
+    assert format_table(rows) == [
+        "  check           verdict  seconds  figure",
+        "  parity          passed       4.2  64 cases over 8 keys, max |diff| 0",
+        "  bounded memory  FAILED      12.0  40 shapes; memory grew past the bound",
+        "  device binding  skipped        -  needs 2 visible GPUs",
+    ]
+
+
+def make_report(
+    when: str, outcome: str, longrepr: object = None, **extra: object
+) -> pytest.TestReport:
+    location = ("pytest_cudagraph/conformance/test_08_lock_safety.py", 20, "test_lock_safety")
+    return pytest.TestReport(
+        "test_08_lock_safety.py::test_lock_safety",
+        location,
+        {},
+        outcome,
+        longrepr,
+        when,
+        **extra,
+    )
+
+
+def test_a_row_keeps_the_figure_and_the_first_failure() -> None:
+    summary = ConformanceSummary("mine:make")
+    figure = [("cudagraph_conformance", "faults at warm_up: lock, next call checked")]
+    summary.pytest_runtest_logreport(make_report("setup", "passed"))
+    summary.pytest_runtest_logreport(
+        make_report(
+            "call",
+            "failed",
+            "AssertionError: lock held\nmore",
+            duration=1.5,
+            user_properties=figure,
+        )
+    )
+    summary.pytest_runtest_logreport(make_report("teardown", "failed", "the lock was held after"))
+    assert summary.lines() == [
+        "conformance of mine:make (1 failed):",
+        "  check        verdict  seconds  figure",
+        "  lock safety  FAILED       1.5  faults at warm_up: lock, next call checked; "
+        "AssertionError: lock held",
+    ]
+    summary.pytest_runtest_logreport(
+        pytest.TestReport(
+            "elsewhere.py::test_x", ("elsewhere.py", 1, "test_x"), {}, "passed", None, "call"
+        )
+    )
+    assert len(summary.rows) == 1
