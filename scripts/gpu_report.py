@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-STEPS = ("tests", "conformance", "bench")
+STEPS = ("tests", "conformance", "conformance-xdist", "bench")
 
 
 def junit_outcomes(path: Path) -> dict:
@@ -56,7 +56,7 @@ def summary_section(log: Path) -> list[str]:
     return section
 
 
-def render(outdir: Path, label: str) -> str:
+def render(outdir: Path, label: str, commit: str) -> str:
     stack = json.loads((outdir / "stack.json").read_text())
     out = [
         f"# GPU run: {label}",
@@ -64,6 +64,7 @@ def render(outdir: Path, label: str) -> str:
         f"- date: {stack['date']}",
         f"- GPUs: {', '.join(stack['gpus']) or 'none'}; driver {stack['driver']}",
         f"- python {stack['python']}, torch {stack['torch']}, torch CUDA {stack['torch_cuda']}",
+        f"- tree: commit {commit}",
         "- command: `bash scripts/gpu_suite.sh $OUT " + label + "`",
         "",
     ]
@@ -114,8 +115,9 @@ def main() -> None:
     parser.add_argument("outdir", type=Path)
     parser.add_argument("--label", default="gpu")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--commit", default="unknown", help="the commit of the tree that ran")
     args = parser.parse_args()
-    args.out.write_text(render(args.outdir, args.label))
+    args.out.write_text(render(args.outdir, args.label, args.commit))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@
 #
 #   bash scripts/gpu_suite.sh OUTDIR [label]      e.g. on the device tool: bash scripts/gpu_suite.sh $OUT h200
 #
+# Knobs (environment): TEST_ARGS (the project's tests to run; default all but the benchmarks),
+# SKIP_BENCH=1, BENCH_ARGS (extra pytest-benchmark arguments), STEP_TIMEOUT (seconds per step).
+#
 # Steps may fail; the script goes on so the report shows every outcome, and exits non-zero if
 # any step failed.
 set -uo pipefail
@@ -24,7 +27,7 @@ python3 scripts/stack_facts.py >"$out/stack.json"
 run() {  # name, then the pytest arguments
     local name=$1; shift
     echo "== $name: pytest $*"
-    timeout "${STEP_TIMEOUT:-900}" python3 -m pytest "$@" --junitxml="$out/$name.xml" -rA -p no:cacheprovider \
+    timeout "${STEP_TIMEOUT:-900}" python3 -m pytest "$@" --junitxml="$out/$name.xml" -rfEs -p no:cacheprovider \
         >"$out/$name.log" 2>&1
     local rc=$?
     echo "$name exit $rc" | tee -a "$out/exits.txt"
@@ -32,15 +35,17 @@ run() {  # name, then the pytest arguments
     [[ $rc -eq 0 ]] || status=1
 }
 
-run tests tests --ignore=tests/bench -m "not slow"
-xdist=()
-if [[ $gpus -ge 2 ]]; then xdist=(-n "$gpus"); fi
-run conformance --pyargs pytest_cudagraph.conformance "${xdist[@]}"
+# shellcheck disable=SC2086  # TEST_ARGS is a list of arguments
+run tests ${TEST_ARGS:-tests --ignore=tests/bench} -m "not slow"
+run conformance --pyargs pytest_cudagraph.conformance
+if [[ $gpus -ge 2 ]]; then  # one xdist worker per GPU
+    run conformance-xdist --pyargs pytest_cudagraph.conformance -n "$gpus"
+fi
 if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
     run bench tests/bench --benchmark-enable --benchmark-only --benchmark-json="$out/bench.json" ${BENCH_ARGS:-}
     python3 scripts/bench_report.py "$out/bench.json" --out "$out/bench.md" --plot "$out/bench.png" \
         >>"$out/bench.log" 2>&1 || status=1
 fi
 
-python3 scripts/gpu_report.py "$out" --label "$label" --out "$out/report.md" || status=1
+python3 scripts/gpu_report.py "$out" --label "$label" --commit "${GIT_COMMIT:-unknown}" --out "$out/report.md" || status=1
 exit $status
