@@ -206,9 +206,30 @@ def test_session_end_finds_no_stray_context(pytester: pytest.Pytester) -> None:
             torch.ones(1, device=cuda_device)
         """
     )
-    result = pytester.runpytest_inprocess("--cudagraph-stray-contexts=fail")
+    # A fresh process: this one may hold contexts on other GPUs from earlier tests.
+    result = pytester.runpytest_subprocess("--cudagraph-stray-contexts=fail")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["stray CUDA contexts: none (1 process(es) checked)"])
+
+
+@needs_nvml
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs: a stray needs another GPU")
+def test_a_context_on_another_gpu_fails_the_run_when_asked(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import torch
+
+        def test_touches_the_other_gpu(cuda_device):
+            torch.ones(1, device="cuda:1")
+        """
+    )
+    reported = pytester.runpytest_subprocess("--cudagraph-device=cuda:0")
+    assert reported.ret == pytest.ExitCode.OK
+    reported.stdout.fnmatch_lines(["stray CUDA contexts (on a GPU other than*", "*pid *: *MiB"])
+    failed = pytester.runpytest_subprocess(
+        "--cudagraph-device=cuda:0", "--cudagraph-stray-contexts=fail"
+    )
+    assert failed.ret == pytest.ExitCode.TESTS_FAILED
 
 
 @needs_nvml
