@@ -33,6 +33,18 @@ def causal_mask(size: int) -> Tensor:
     return torch.triu(torch.full((size, size), float("-inf")), diagonal=1)
 
 
+def _layer_options(config: DecoderConfig | EncoderConfig) -> dict:
+    """Upstream's layer settings: pre-norm, batch-first, no dropout (inference only)."""
+    return {
+        "d_model": config.d_model,
+        "nhead": config.nhead,
+        "dim_feedforward": config.dim_feedforward,
+        "dropout": 0.0,
+        "batch_first": True,
+        "norm_first": True,
+    }
+
+
 class Decoder(nn.Module):
     """Token embedding + positions -> pre-norm TransformerDecoder -> MLP head at one position."""
 
@@ -43,14 +55,7 @@ class Decoder(nn.Module):
         self.embed = nn.Embedding(config.vocab_size, d)
         self.register_buffer("positions", sinusoidal_positions(config.max_len, d), persistent=False)
         self.register_buffer("causal", causal_mask(config.max_len), persistent=False)
-        layer = nn.TransformerDecoderLayer(
-            d_model=d,
-            nhead=config.nhead,
-            dim_feedforward=config.dim_feedforward,
-            dropout=0.0,
-            batch_first=True,
-            norm_first=True,
-        )
+        layer = nn.TransformerDecoderLayer(**_layer_options(config))
         self.transformer = nn.TransformerDecoder(layer, config.num_layers, norm=nn.LayerNorm(d))
         self.head = nn.Sequential(
             nn.Linear(d, 2 * d),
@@ -131,14 +136,7 @@ class Encoder(nn.Module):
         d = config.d_model
         self.embed = nn.Embedding(config.vocab_size, d, padding_idx=config.pad_token)
         self.register_buffer("positions", sinusoidal_positions(config.max_len, d), persistent=False)
-        layer = nn.TransformerEncoderLayer(
-            d_model=d,
-            nhead=config.nhead,
-            dim_feedforward=config.dim_feedforward,
-            dropout=0.0,
-            batch_first=True,
-            norm_first=True,
-        )
+        layer = nn.TransformerEncoderLayer(**_layer_options(config))
         # Nested tensors would make the output depend on the fast path's padding handling.
         self.transformer = nn.TransformerEncoder(
             layer, config.num_layers, norm=nn.LayerNorm(d), enable_nested_tensor=False

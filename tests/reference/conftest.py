@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from reasyn_ref import ARSampler, Decoder, DecoderConfig, Encoder, EncoderConfig
+from reasyn_ref import ARSampler, Decoder, DecoderConfig, Encoder, EncoderConfig, save_checkpoint
 
 
 def seeded(seed: int, build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
@@ -80,3 +80,19 @@ def watch_stages(
         return staged
 
     return watch
+
+
+@pytest.fixture
+def no_toggles_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers inherit the environment: the caller's REASYN_* toggles must not leak in."""
+    for name in ("REASYN_BATCHED_AR", "REASYN_BF16", "REASYN_BUCKET", "REASYN_CUDAGRAPH"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny decoder's checkpoint, shared by a module's worker pools."""
+    decoder = seeded(0, lambda: Decoder(DecoderConfig.tiny()).eval())
+    path = tmp_path_factory.mktemp("workers") / "decoder.pt"
+    save_checkpoint(path, decoder, decoder.config)
+    return path

@@ -13,14 +13,14 @@ import pytest
 import torch
 from test_workers import TIMED_SEEDS, make_job, scripted_job
 
-from reasyn_ref import Decoder, DecoderConfig, save_checkpoint
 from reasyn_ref.checkpoint import load_checkpoint
 from reasyn_ref.sampler import ARSampler
 from reasyn_ref.workers import SampleJob, WorkerPool, run_sample_job
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs CUDA: these workers bind GPUs"
-)
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: these workers bind GPUs"),
+    pytest.mark.usefixtures("no_toggles_in_env"),
+]
 needs_two_gpus = pytest.mark.skipif(
     torch.cuda.device_count() < 2, reason="needs 2 CUDA devices: one worker per GPU"
 )
@@ -43,22 +43,6 @@ def gpu_job(sampler: ARSampler, job: SampleJob):
         return {**where, "nvml": f"cannot check: {status.detail}"}
     check = devices.check_stray_contexts(sampler.device, os.getpid(), f"worker {os.getpid()}")
     return {**where, "nvml": check.note or "checked", "strays": list(check.strays)}
-
-
-@pytest.fixture(autouse=True)
-def no_toggles_in_env(monkeypatch):
-    for name in ("REASYN_BATCHED_AR", "REASYN_BF16", "REASYN_BUCKET", "REASYN_CUDAGRAPH"):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        decoder = Decoder(DecoderConfig.tiny()).eval()
-    path = tmp_path_factory.mktemp("gpu_workers") / "decoder.pt"
-    save_checkpoint(path, decoder, decoder.config)
-    return path
 
 
 def gpu_pool(checkpoint, num_gpus: int, per_gpu: int, *, cudagraph: bool) -> WorkerPool:

@@ -15,10 +15,12 @@ import time
 import pytest
 import torch
 
-from reasyn_ref import Decoder, DecoderConfig, Encoder, EncoderConfig, save_checkpoint
+from reasyn_ref import DecoderConfig, Encoder, EncoderConfig, save_checkpoint
 from reasyn_ref.checkpoint import load_checkpoint
 from reasyn_ref.sampler import ARSampler
 from reasyn_ref.workers import SampleJob, WorkerError, WorkerPool, run_sample_job
+
+pytestmark = pytest.mark.usefixtures("no_toggles_in_env")
 
 # Seeds that make scripted_job misbehave; every other seed samples normally.
 RAISE_SEED = 900
@@ -55,23 +57,6 @@ def make_job(seed: int) -> SampleJob:
     start = config.start_token
     prefixes = [[start], [start, 5 + seed % 7], [start, 9, 11 + seed % 5, 40]]
     return SampleJob(memory, padding, prefixes, seed, max_len=MAX_LEN)
-
-
-@pytest.fixture(autouse=True)
-def no_toggles_in_env(monkeypatch):
-    """Workers inherit the environment: the caller's REASYN_* toggles must not leak in."""
-    for name in ("REASYN_BATCHED_AR", "REASYN_BF16", "REASYN_BUCKET", "REASYN_CUDAGRAPH"):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        decoder = Decoder(DecoderConfig.tiny()).eval()
-    path = tmp_path_factory.mktemp("workers") / "decoder.pt"
-    save_checkpoint(path, decoder, decoder.config)
-    return path
 
 
 def cpu_pool(checkpoint, num_groups=1, per_group=2, timeout=60.0):
