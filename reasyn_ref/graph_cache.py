@@ -8,7 +8,11 @@ key gets the new answer.
 
 A graph replays exactly the eager step ``model.ar_step_logits(..., bf16=True)`` (bf16 autocast
 with its weight cache off) on the same inputs, so its logits are bit-identical to eager. The
-cache only runs that bf16 path; the sampler refuses graphs with bf16 off.
+cache only runs that bf16 path; the sampler refuses graphs with bf16 off. The graphs run a copy
+of the decoder whose matmul weights are stored in bf16 (``model.with_bf16_matmul_weights``):
+autocast would cast them to the very same values on every step, so the results do not change,
+but a third of each graph's kernels (one cast per weight) go away. That copy is taken when the
+cache is built: after changing the decoder's weights, build a new cache.
 
 Bit-identity needs the memory's layout, not just its shape: the cross-attention projects the
 memory with one fused matmul-plus-bias when the bf16 copy of it is contiguous, and with a
@@ -44,7 +48,7 @@ from torch import Tensor, nn
 
 from .bucketing import SEQ_BUCKET, is_batch_bucket, is_seq_bucket
 from .config import DecoderConfig
-from .model import check_decoder_inputs, step_context
+from .model import check_decoder_inputs, step_context, with_bf16_matmul_weights
 
 MEMORY_BUCKET = SEQ_BUCKET
 
@@ -188,6 +192,8 @@ class GraphCache:
                 f"where the decoder's weights live"
             )
         self.decoder = decoder
+        # What the graphs run: bit-identical to the decoder under bf16 autocast, fewer kernels.
+        self._graph_decoder = with_bf16_matmul_weights(decoder)
         self.config: DecoderConfig = decoder.config
         self.device = device
         self.warmups = warmups
@@ -288,7 +294,9 @@ class GraphCache:
         """The eager step's forward on the static inputs: what warm-ups run and graphs capture."""
         memory = entry.memory.expand(entry.key.batch, -1, -1)  # a view; no-op for per-row memory
         with step_context(self.device, bf16=True):
-            return self.decoder(entry.tokens, memory, entry.memory_padding_mask, entry.gather)
+            return self._graph_decoder(
+                entry.tokens, memory, entry.memory_padding_mask, entry.gather
+            )
 
     def _warm_up(self, entry: _Entry) -> None:
         """Run the forward on the side stream first, so that lazy initialisation (cuBLAS

@@ -8,6 +8,7 @@ from torch import Tensor
 from torch.nn.modules import transformer
 
 from reasyn_ref import Decoder, Encoder, expand_memory
+from reasyn_ref.model import with_bf16_matmul_weights
 
 
 def batch_inputs(
@@ -217,3 +218,24 @@ def test_forward_refuses_bad_input_naming_it(tiny_decoder, target, name, change)
 def test_encoder_refuses_bad_smiles(tiny_encoder: Encoder, smiles):
     with pytest.raises(ValueError, match=r"^smiles\b"):
         tiny_encoder(smiles)
+
+
+def test_bf16_matmul_weights_give_bit_identical_results_under_autocast(tiny_decoder):
+    """The graph cache runs this copy: casting the matmul weights once must give exactly what
+    autocast gives by casting them on every call."""
+    copy = with_bf16_matmul_weights(tiny_decoder)
+    matmul_dtypes = {
+        p.dtype for n, p in copy.named_parameters() if "norm" not in n and "embed" not in n
+    }
+    assert matmul_dtypes == {torch.bfloat16}
+    assert {p.dtype for n, p in copy.named_parameters() if "norm" in n} == {torch.float32}
+    assert all(p.dtype == torch.float32 for p in tiny_decoder.parameters())  # original untouched
+    generator = torch.Generator().manual_seed(5)
+    tokens = torch.randint(3, 272, (4, 70), generator=generator)
+    memory = torch.randn(4, 64, tiny_decoder.config.d_model, generator=generator)
+    mask = torch.zeros(4, 64, dtype=torch.bool)
+    mask[:, 50:] = True
+    gather = torch.tensor([69, 3, 10, 40])
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+        expected = tiny_decoder(tokens, memory, mask, gather)
+        assert torch.equal(copy(tokens, memory, mask, gather), expected)
