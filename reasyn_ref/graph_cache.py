@@ -192,8 +192,6 @@ class GraphCache:
                 f"where the decoder's weights live"
             )
         self.decoder = decoder
-        # What the graphs run: bit-identical to the decoder under bf16 autocast, fewer kernels.
-        self._graph_decoder = with_bf16_matmul_weights(decoder)
         self.config: DecoderConfig = decoder.config
         self.device = device
         self.warmups = warmups
@@ -203,6 +201,9 @@ class GraphCache:
         self._lru: LRU[GraphKey, _Entry] = LRU(capacity)
         with torch.cuda.device(device):
             self._side_stream = torch.cuda.Stream(device=device)
+            # What the graphs run: bit-identical to the decoder under bf16 autocast, fewer
+            # kernels. Copied inside the device's context, like everything the cache creates.
+            self._graph_decoder = with_bf16_matmul_weights(decoder)
 
     @property
     def capacity(self) -> int:
