@@ -122,6 +122,14 @@ def judge_growth(report: MemoryReport, bound_mib: float) -> MemoryVerdict:
     )
 
 
+def settle(device: torch.device) -> None:
+    """Let freed memory really go: collect garbage, wait for the device, and hand the caching
+    allocator's free blocks back, so that a reading shows what is still held."""
+    gc.collect()
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+
+
 class ProcessNotListed(RuntimeError):
     """NVML cannot attribute memory to this process (e.g. in a PID namespace)."""
 
@@ -146,9 +154,7 @@ class DeviceMemoryProbe:
         self._interval_s = interval_s
 
     def settle(self) -> None:
-        gc.collect()
-        torch.cuda.synchronize(self.device)
-        torch.cuda.empty_cache()
+        settle(self.device)
 
     def process_bytes(self) -> int:
         used = devices.process_used_bytes(self._handle, self.pid)

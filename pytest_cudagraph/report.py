@@ -81,12 +81,18 @@ def records_from(report: pytest.TestReport, marker_names: Iterable[str]) -> list
                 records.append(
                     SummaryRecord(name.removeprefix(RECORD_PREFIX), report.nodeid, value)
                 )
-    # A skip's longrepr is (path, line, reason); an xfail's is a traceback.
-    skipped = report.skipped and isinstance(report.longrepr, tuple)
-    if skipped and any(name in report.keywords for name in marker_names):
-        _, _, reason = report.longrepr
-        records.append(SummaryRecord("skip", report.nodeid, reason.removeprefix("Skipped: ")))
+    reason = skip_reason(report)
+    if reason is not None and any(name in report.keywords for name in marker_names):
+        records.append(SummaryRecord("skip", report.nodeid, reason))
     return records
+
+
+def skip_reason(report: pytest.TestReport) -> str | None:
+    """Why a test skipped; None when it did not (or xfailed: an xfail's longrepr is a
+    traceback, a skip's is (path, line, reason))."""
+    if not (report.skipped and isinstance(report.longrepr, tuple)):
+        return None
+    return str(report.longrepr[2]).removeprefix("Skipped: ")
 
 
 def parity_lines(records: Sequence[SummaryRecord]) -> list[str]:

@@ -4,11 +4,32 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+C = TypeVar("C", bound="_TransformerConfig")
+
+
+class _TransformerConfig:
+    """What the decoder's and the encoder's configs share: the width checks and the dict form
+    stored in checkpoints."""
+
+    def _check_widths(self) -> None:
+        _check_positive(
+            self, "d_model", "nhead", "dim_feedforward", "num_layers", "vocab_size", "max_len"
+        )
+        if self.d_model % self.nhead:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by nhead ({self.nhead})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls: type[C], data: dict[str, Any]) -> C:
+        return cls(**_known_fields(cls, data))
 
 
 @dataclass(frozen=True)
-class DecoderConfig:
+class DecoderConfig(_TransformerConfig):
     """The autoregressive decoder: token embedding, sinusoidal positions, 10 pre-norm layers."""
 
     d_model: int = 768
@@ -26,10 +47,7 @@ class DecoderConfig:
     batch_first: bool = True
 
     def __post_init__(self) -> None:
-        _check_positive(self, "d_model", "nhead", "dim_feedforward", "num_layers", "vocab_size")
-        _check_positive(self, "max_len")
-        if self.d_model % self.nhead:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by nhead ({self.nhead})")
+        self._check_widths()
         for name in ("pad_token", "start_token", "end_token"):
             if not 0 <= getattr(self, name) < self.vocab_size:
                 raise ValueError(f"{name} must be in [0, vocab_size={self.vocab_size})")
@@ -44,16 +62,9 @@ class DecoderConfig:
         """Small widths for fast CPU tests; vocabulary and max_len stay upstream's."""
         return cls(d_model=32, nhead=4, dim_feedforward=64, num_layers=2)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DecoderConfig:
-        return cls(**_known_fields(cls, data))
-
 
 @dataclass(frozen=True)
-class EncoderConfig:
+class EncoderConfig(_TransformerConfig):
     """The SMILES encoder whose output is the decoder's memory."""
 
     d_model: int = 768
@@ -65,23 +76,13 @@ class EncoderConfig:
     pad_token: int = 0
 
     def __post_init__(self) -> None:
-        _check_positive(self, "d_model", "nhead", "dim_feedforward", "num_layers", "vocab_size")
-        _check_positive(self, "max_len")
-        if self.d_model % self.nhead:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by nhead ({self.nhead})")
+        self._check_widths()
         if not 0 <= self.pad_token < self.vocab_size:
             raise ValueError(f"pad_token must be in [0, vocab_size={self.vocab_size})")
 
     @classmethod
     def tiny(cls) -> EncoderConfig:
         return cls(d_model=32, nhead=4, dim_feedforward=64, num_layers=2)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EncoderConfig:
-        return cls(**_known_fields(cls, data))
 
 
 def _check_positive(config: object, *names: str) -> None:

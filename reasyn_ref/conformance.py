@@ -26,7 +26,7 @@ from pytest_cudagraph.target import CudaGraphTarget, Inputs
 from .checkpoint import save_checkpoint
 from .config import DecoderConfig
 from .graph_cache import GraphCache, GraphKey, check_graph_inputs
-from .model import Decoder, ar_step_logits, expand_memory
+from .model import ar_step_logits, expand_memory, seeded_decoder
 from .sampler import ARSampler
 from .workers import SampleJob, WorkerPool
 
@@ -332,10 +332,3 @@ BAD_INPUTS: dict[str, tuple[Callable[[Inputs], Inputs], str]] = {
         r"memory length 100 is not a memory bucket",
     ),
 }
-
-
-def seeded_decoder(config: DecoderConfig, seed: int) -> Decoder:
-    """A decoder with random weights from ``seed``, in eval mode; the global RNG is left as it was."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return Decoder(config).eval()

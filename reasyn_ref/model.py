@@ -126,6 +126,13 @@ class Decoder(nn.Module):
         return self.head(last)
 
 
+def seeded_decoder(config: DecoderConfig, seed: int) -> Decoder:
+    """A decoder with random weights from ``seed``, in eval mode; the global RNG is left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return Decoder(config).eval()
+
+
 class Encoder(nn.Module):
     """SMILES tokens -> memory for the decoder, once per target."""
 

@@ -69,7 +69,7 @@ class ConformanceSummary:
                 row.reason = _failure_line(report)
         elif report.skipped:
             row.verdict = "skipped"
-            row.reason = _skip_reason(report)
+            row.reason = reports.skip_reason(report) or str(report.longrepr)
         elif report.when == "call":
             row.verdict = "passed"
 
@@ -92,13 +92,6 @@ def format_table(rows: list[CheckRow]) -> list[str]:
         detail = "; ".join(text for text in (row.figure, row.reason) if text)
         lines.append(f"  {row.check:<{width}}  {row.verdict:<7}  {seconds}  {detail}")
     return lines
-
-
-def _skip_reason(report: pytest.TestReport) -> str:
-    # A skip's longrepr is (path, line, reason).
-    if isinstance(report.longrepr, tuple):
-        return str(report.longrepr[2]).removeprefix("Skipped: ")
-    return str(report.longrepr)
 
 
 def _failure_line(report: pytest.TestReport) -> str:

@@ -113,36 +113,27 @@ def test_bad_marker_arguments_are_collection_errors_naming_test_and_marker(
     result.assert_outcomes(errors=1)
 
 
+# test_a's marker argument is invalid; test_b has none.
+ONE_BAD_MARKER_ONE_PLAIN_TEST = """
+import pytest
+
+@pytest.mark.graph_memory_bound(0)
+def test_a():
+    pass
+
+def test_b():
+    pass
+"""
+
+
 def test_other_tests_run_with_continue_on_collection_errors(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(
-        """
-        import pytest
-
-        @pytest.mark.graph_memory_bound(0)
-        def test_a():
-            pass
-
-        def test_b():
-            pass
-        """
-    )
+    pytester.makepyfile(ONE_BAD_MARKER_ONE_PLAIN_TEST)
     result = pytester.runpytest_inprocess("--continue-on-collection-errors")
     result.assert_outcomes(passed=1, errors=1)
 
 
 def test_deselected_tests_are_not_validated(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(
-        """
-        import pytest
-
-        @pytest.mark.graph_memory_bound(0)
-        def test_a():
-            pass
-
-        def test_b():
-            pass
-        """
-    )
+    pytester.makepyfile(ONE_BAD_MARKER_ONE_PLAIN_TEST)
     result = pytester.runpytest_inprocess("-k", "test_b")
     result.assert_outcomes(passed=1, deselected=1)
 

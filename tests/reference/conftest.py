@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from reasyn_ref import ARSampler, Decoder, DecoderConfig, Encoder, EncoderConfig, save_checkpoint
+from reasyn_ref.model import seeded_decoder
 
 
 def seeded(seed: int, build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
@@ -20,7 +21,7 @@ def seeded(seed: int, build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
 
 @pytest.fixture
 def tiny_decoder() -> Decoder:
-    return seeded(0, lambda: Decoder(DecoderConfig.tiny()).eval())
+    return seeded_decoder(DecoderConfig.tiny(), 0)
 
 
 @pytest.fixture
@@ -92,7 +93,7 @@ def no_toggles_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory):
     """A tiny decoder's checkpoint, shared by a module's worker pools."""
-    decoder = seeded(0, lambda: Decoder(DecoderConfig.tiny()).eval())
+    decoder = seeded_decoder(DecoderConfig.tiny(), 0)
     path = tmp_path_factory.mktemp("workers") / "decoder.pt"
     save_checkpoint(path, decoder, decoder.config)
     return path

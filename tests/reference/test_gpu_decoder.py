@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from reasyn_ref import ARSampler, Decoder, DecoderConfig, expand_memory
-from reasyn_ref.model import step_context
+from reasyn_ref.model import seeded_decoder, step_context
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(),
@@ -20,10 +20,7 @@ START = 1
 @pytest.fixture(scope="module")
 def decoder() -> Decoder:
     """The default (upstream-sized) decoder on the GPU."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = Decoder(DecoderConfig())
-    return model.eval().cuda()
+    return seeded_decoder(DecoderConfig(), 0).cuda()
 
 
 @pytest.fixture(scope="module")

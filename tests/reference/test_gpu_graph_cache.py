@@ -5,7 +5,6 @@ and the figures (graph vs eager time, capture seconds) for the lead's report."""
 
 from __future__ import annotations
 
-import gc
 import os
 import statistics
 import threading
@@ -16,9 +15,11 @@ import pytest
 import torch
 from torch import Tensor
 
+from pytest_cudagraph import devices
+from pytest_cudagraph.memory import settle
 from reasyn_ref import ARSampler, Decoder, DecoderConfig
 from reasyn_ref.graph_cache import GraphCache, GraphKey
-from reasyn_ref.model import ar_step_logits
+from reasyn_ref.model import ar_step_logits, seeded_decoder
 from reasyn_ref.sampler import pad_rows
 
 pytestmark = pytest.mark.skipif(
@@ -103,12 +104,6 @@ def graphed(cache: GraphCache, step: Step) -> Tensor:
     return cache(*step[:4], rows=step.rows)
 
 
-def settle(device: torch.device) -> None:
-    gc.collect()
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-
-
 @pytest.fixture(scope="module")
 def device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
@@ -117,10 +112,7 @@ def device() -> torch.device:
 @pytest.fixture(scope="module")
 def decoder(device) -> Decoder:
     """The default (upstream-sized) decoder with random weights, on the GPU."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = Decoder(DecoderConfig())
-    return model.eval().to(device)
+    return seeded_decoder(DecoderConfig(), 0).to(device)
 
 
 # --- the answers ---------------------------------------------------------------------------
@@ -228,7 +220,6 @@ def meter(request, device) -> Callable[[int], dict[str, int]]:
             "torch allocated": torch.cuda.memory_allocated(index),
             "torch reserved": torch.cuda.memory_reserved(index),
         }
-    devices = pytest.importorskip("pytest_cudagraph.devices", reason="the NVML meter needs pynvml")
     status = devices.nvml_status()
     if not status.available:
         pytest.skip(f"NVML is unavailable here: {status.detail}")
@@ -450,9 +441,7 @@ def test_inputs_on_the_host_or_of_another_dtype_are_refused(decoder, device):
 @needs_two_gpus
 def test_a_cache_on_the_second_gpu_leaves_the_current_one_alone(meter):
     first, second = torch.device("cuda", 0), torch.device("cuda", 1)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        decoder = Decoder(DecoderConfig()).eval().to(second)
+    decoder = seeded_decoder(DecoderConfig(), 0).to(second)
     steps = [make_step(decoder.config, second, key, seed=i) for i, key in enumerate(KEYS[:2])]
     wanted = [eager(decoder, step) for step in steps]
     settle(second)
