@@ -50,6 +50,10 @@ SMALL_BENCHMARK = (
 def bench_project(pytester, monkeypatch):
     """A project with this directory's conftest and one small benchmark."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BENCH_DIR), str(ROOT)]))
+    # Under `pytest -n`, the inner run must not take itself for an xdist worker (pytest-benchmark
+    # saves nothing from a worker).
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
     pytester.makeconftest((BENCH_DIR / "conftest.py").read_text())
     pytester.makepyfile(test_small=SMALL_BENCHMARK)
     return pytester

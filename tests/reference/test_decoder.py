@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from torch import Tensor
 from torch.nn.modules import transformer
 
-from reasyn_ref import Decoder, Encoder, expand_memory
-from reasyn_ref.model import with_bf16_matmul_weights
+from reasyn_ref import Decoder, Encoder, expand_memory, model
+from reasyn_ref.model import (
+    cast_cross_attention_inputs,
+    step_context,
+    with_bf16_matmul_weights,
+)
 
 
 def batch_inputs(
@@ -239,3 +245,97 @@ def test_bf16_matmul_weights_give_bit_identical_results_under_autocast(tiny_deco
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
         expected = tiny_decoder(tokens, memory, mask, gather)
         assert torch.equal(copy(tokens, memory, mask, gather), expected)
+
+
+@pytest.fixture
+def cudnn_attention_enabled():
+    """cuDNN attention on, as torch starts; whatever the test leaves, put back afterwards."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    yield
+    torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def test_a_cuda_step_turns_cudnn_attention_off_and_back(cudnn_attention_enabled):
+    """Only the flag is touched (no CUDA call), so this runs without a GPU."""
+    with step_context(torch.device("cuda", 0), bf16=False):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    with step_context(torch.device("cpu"), bf16=True):
+        assert torch.backends.cuda.cudnn_sdp_enabled()  # CPU steps leave CUDA settings alone
+
+
+def test_a_failing_step_still_restores_cudnn_attention(cudnn_attention_enabled):
+    with pytest.raises(RuntimeError, match="boom"), step_context(torch.device("cuda"), False):
+        raise RuntimeError("boom")
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_a_caller_who_had_cudnn_attention_off_keeps_it_off(cudnn_attention_enabled):
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    with step_context(torch.device("cuda", 0), bf16=False):
+        pass
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_overlapping_steps_in_threads_restore_cudnn_attention_after_the_last(
+    cudnn_attention_enabled,
+):
+    """Thread A enters, B enters, A leaves while B still runs: the flag must stay off for B and
+    come back on only when B leaves (a plain save-and-restore would turn it on under B)."""
+    a_entered, b_entered, a_left = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, bool] = {}
+    cuda = torch.device("cuda", 0)
+
+    def step_a() -> None:
+        with step_context(cuda, bf16=False):
+            a_entered.set()
+            b_entered.wait(5)
+        a_left.set()
+
+    def step_b() -> None:
+        a_entered.wait(5)
+        with step_context(cuda, bf16=False):
+            b_entered.set()
+            a_left.wait(5)
+            seen["under B after A left"] = torch.backends.cuda.cudnn_sdp_enabled()
+
+    threads = [threading.Thread(target=step_a), threading.Thread(target=step_b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert a_left.is_set() and seen == {"under B after A left": False}
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["expanded memory", "per-row memory"])
+def test_under_autocast_the_forward_converts_memory_once_and_still_equals_upstream(
+    tiny_decoder, shared_memory, monkeypatch
+):
+    """Under autocast the forward hands the layers memory and mask already converted, as each
+    layer would convert them; upstream's forward converts them in every layer. Same bits."""
+    generator = torch.Generator().manual_seed(7)
+    batch, d_model = 4, tiny_decoder.config.d_model
+    tokens = torch.randint(3, 272, (batch, 70), generator=generator)
+    if shared_memory:
+        memory = torch.randn(1, 64, d_model, generator=generator).expand(batch, -1, -1)
+    else:
+        memory = torch.randn(batch, 64, d_model, generator=generator)
+    mask = torch.zeros(batch, 64, dtype=torch.bool)
+    mask[:, 50:] = True
+    gather = torch.tensor([69, 3, 10, 40])
+    converted = []
+
+    def spy(*args):
+        converted.append(cast_cross_attention_inputs(*args))
+        return converted[-1]
+
+    monkeypatch.setattr(model, "cast_cross_attention_inputs", spy)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+        expected = tiny_decoder.forward_upstream(tokens, memory, mask, gather)
+        assert not converted
+        assert torch.equal(tiny_decoder(tokens, memory, mask, gather), expected)
+    [(cast_memory, cast_mask)] = converted
+    assert cast_memory.dtype == cast_mask.dtype == torch.bfloat16
+    assert torch.equal(cast_mask.isinf(), mask) and not cast_mask[~mask].any()

@@ -1,5 +1,6 @@
 """On a GPU: the capture-clean forward at ReaSyn's dimensions makes no host sync under bf16
-autocast (upstream's does), and the eager sampler runs end to end with its transfer counts."""
+autocast (upstream's does) and computes upstream's bits, and the eager sampler runs end to end
+with its transfer counts."""
 
 from __future__ import annotations
 
@@ -67,6 +68,19 @@ def test_upstream_forward_syncs_in_bf16(decoder, target):
     with pytest.raises(RuntimeError, match="synchroniz"):
         run_under_sync_errors(decoder.forward_upstream, step_inputs(decoder, target))
     assert torch.cuda.get_sync_debug_mode() == mode
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["expanded memory", "per-row memory"])
+def test_memory_converted_once_equals_upstream_bit_for_bit_in_bf16(decoder, target, shared_memory):
+    """The forward converts memory and mask once for all layers under autocast; upstream's
+    converts them in every layer. On the GPU the memory's layout picks the matmul path, so
+    both layouts are compared; eager and graphs share the forward, so only this can tell."""
+    tokens, memory, mask, gather = step_inputs(decoder, target)
+    if not shared_memory:
+        memory = memory + torch.randn_like(memory)  # a contiguous [8, M, d]: a row each
+    with step_context(tokens.device, bf16=True):
+        expected = decoder.forward_upstream(tokens, memory, mask, gather)
+        assert torch.equal(decoder(tokens, memory, mask, gather), expected)
 
 
 def test_eager_bf16_sampler_end_to_end(decoder, target, transfers, watch_stages):
