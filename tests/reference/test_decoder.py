@@ -11,7 +11,7 @@ from torch.nn.modules import transformer
 
 from reasyn_ref import Decoder, Encoder, expand_memory, model
 from reasyn_ref.model import (
-    cast_cross_attention_inputs,
+    cross_attention_inputs,
     step_context,
     with_bf16_matmul_weights,
 )
@@ -328,14 +328,17 @@ def test_under_autocast_the_forward_converts_memory_once_and_still_equals_upstre
     converted = []
 
     def spy(*args):
-        converted.append(cast_cross_attention_inputs(*args))
+        converted.append(cross_attention_inputs(*args))
         return converted[-1]
 
-    monkeypatch.setattr(model, "cast_cross_attention_inputs", spy)
+    monkeypatch.setattr(model, "cross_attention_inputs", spy)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
         expected = tiny_decoder.forward_upstream(tokens, memory, mask, gather)
         assert not converted
         assert torch.equal(tiny_decoder(tokens, memory, mask, gather), expected)
-    [(cast_memory, cast_mask)] = converted
-    assert cast_memory.dtype == cast_mask.dtype == torch.bfloat16
-    assert torch.equal(cast_mask.isinf(), mask) and not cast_mask[~mask].any()
+    [(cast_memory, per_head_mask)] = converted
+    nhead = tiny_decoder.config.nhead
+    assert cast_memory.dtype == per_head_mask.dtype == torch.bfloat16
+    assert per_head_mask.shape == (batch * nhead, 70, 64)
+    padded = mask.repeat_interleave(nhead, dim=0).unsqueeze(1).expand(-1, 70, -1)
+    assert torch.equal(per_head_mask.isinf(), padded) and not per_head_mask[~padded].any()
