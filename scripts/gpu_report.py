@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
 STEPS = ("tests", "conformance", "conformance-xdist", "bench")
+SUITE_KNOBS = ("TEST_ARGS", "SKIP_BENCH", "BENCH_ARGS")
 
 
 def junit_outcomes(path: Path) -> dict:
@@ -56,6 +58,12 @@ def summary_section(log: Path) -> list[str]:
     return section
 
 
+def suite_command(label: str) -> str:
+    """The gpu_suite.sh command line, with the knobs (environment) that changed what ran."""
+    knobs = [f"{name}='{os.environ[name]}' " for name in SUITE_KNOBS if os.environ.get(name)]
+    return "".join(knobs) + f"bash scripts/gpu_suite.sh $OUT {label}"
+
+
 def render(outdir: Path, label: str, commit: str) -> str:
     stack = json.loads((outdir / "stack.json").read_text())
     out = [
@@ -65,7 +73,7 @@ def render(outdir: Path, label: str, commit: str) -> str:
         f"- GPUs: {', '.join(stack['gpus']) or 'none'}; driver {stack['driver']}",
         f"- python {stack['python']}, torch {stack['torch']}, torch CUDA {stack['torch_cuda']}",
         f"- tree: commit {commit}",
-        "- command: `bash scripts/gpu_suite.sh $OUT " + label + "`",
+        f"- command: `{suite_command(label)}`",
         "",
     ]
     exits = outdir / "exits.txt"
