@@ -267,7 +267,7 @@ class _CudnnAttentionOff:
 
     Why: inside a CUDA graph, cuDNN's fused attention (torch's first choice on Hopper) comes
     with a memset node and leaves about 5 us idle before each launch. With 20 attention calls
-    per step that was nine tenths of a replay's idle time on the H200 (reports/bench-h200.md).
+    per step that was most of a replay's idle time on the H200 (docs/benchmarks.md).
     Without it, SDPA picks flash attention for the causal self-attention and memory-efficient
     attention for the masked cross-attention, which start as promptly as any other kernel.
     Eager steps and graphs run under the same switch, so they still compute the same thing.
