@@ -1,0 +1,162 @@
+"""Where a graph-cache call's time goes: its kernels by name, and the idle time before each.
+
+    python scripts/replay_profile.py [--keys 1x64 8x64] [--calls 5]
+
+On the current GPU, builds the benchmarks' workload (default-config decoder, random weights,
+memory length 64; tests/bench/bench_workloads.py) and a GraphCache, makes ``--calls``
+back-to-back calls at each key under torch.profiler, and prints per key: device operations per
+call, their summed time, the span from the first start to the last end, and the ratio of the
+two; then one row per kernel name: launches per call, mean duration and the idle time before
+its launches (per call), most idle first. The benchmarks hold the judged figures
+(test_bench_replay_efficiency.py); this is for finding what to change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "tests" / "bench"
+
+
+class DeviceOp(NamedTuple):
+    """One kernel or copy as the profiler saw it; times in microseconds."""
+
+    name: str
+    start_us: float
+    end_us: float
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    name: str
+    per_call: float
+    mean_us: float
+    idle_before_us_per_call: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    ops_per_call: float
+    device_us_per_call: float
+    span_us_per_call: float
+    rows: list[KernelRow]
+
+    @property
+    def efficiency(self) -> float:
+        """Device time over span: how busy the device was from the first op to the last."""
+        return self.device_us_per_call / self.span_us_per_call
+
+
+def parse_key(text: str) -> tuple[int, int]:
+    """'8x64' -> (8, 64): a (batch, sequence) bucket."""
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise ValueError(f"key {text!r} must be BATCHxSEQ with positive integers, e.g. 8x64")
+    return int(parts[0]), int(parts[1])
+
+
+def summarize(ops: list[DeviceOp], calls: int) -> Profile:
+    """Per-call figures of ``ops`` (any order), made by ``calls`` calls. The idle time before an
+    op is the time since the latest end of any op before it; overlapping ops have none."""
+    if not ops:
+        raise ValueError("no device operations to summarize (was CUPTI available?)")
+    if calls < 1:
+        raise ValueError(f"calls must be >= 1, got {calls}")
+    ops = sorted(ops, key=lambda op: op.start_us)
+    count: dict[str, int] = defaultdict(int)
+    busy: dict[str, float] = defaultdict(float)
+    idle: dict[str, float] = defaultdict(float)
+    latest_end = ops[0].start_us
+    for op in ops:
+        count[op.name] += 1
+        busy[op.name] += op.end_us - op.start_us
+        idle[op.name] += max(0.0, op.start_us - latest_end)
+        latest_end = max(latest_end, op.end_us)
+    rows = [
+        KernelRow(name, count[name] / calls, busy[name] / count[name], idle[name] / calls)
+        for name in count
+    ]
+    rows.sort(key=lambda row: (-row.idle_before_us_per_call, -row.per_call * row.mean_us))
+    return Profile(
+        ops_per_call=len(ops) / calls,
+        device_us_per_call=sum(busy.values()) / calls,
+        span_us_per_call=(latest_end - ops[0].start_us) / calls,
+        rows=rows,
+    )
+
+
+def render(key: tuple[int, int], profile: Profile, name_width: int = 100) -> str:
+    lines = [
+        f"key {key}: {profile.ops_per_call:.0f} device ops per call, "
+        f"{profile.device_us_per_call:.1f} us busy in a span of {profile.span_us_per_call:.1f} us "
+        f"(busy/span {profile.efficiency:.3f})",
+        f"{'per call':>8} {'mean us':>8} {'idle before, us per call':>25}  kernel",
+    ]
+    for row in profile.rows:
+        lines.append(
+            f"{row.per_call:8.1f} {row.mean_us:8.2f} {row.idle_before_us_per_call:25.1f}  "
+            f"{row.name[:name_width]}"
+        )
+    return "\n".join(lines)
+
+
+def profile_key(key: tuple[int, int], calls: int) -> Profile:
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    sys.path.insert(0, str(BENCH_DIR))  # the benchmarks' workload, so figures compare
+    from bench_workloads import forward_inputs, make_decoder, warm_up
+
+    from reasyn_ref.graph_cache import GraphCache
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    decoder = make_decoder(device)
+    cache = GraphCache(decoder, device)
+    inputs = forward_inputs(decoder.config, key, device)
+
+    def step() -> None:
+        cache(*inputs, rows=key[0])
+
+    warm_up(step)  # the first call captures
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            step()
+        torch.cuda.synchronize()
+    cache.clear()
+    ops = [
+        DeviceOp(event.name, event.time_range.start, event.time_range.end)
+        for event in prof.events()
+        if event.device_type == DeviceType.CUDA
+    ]
+    return summarize(ops, calls)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--keys", nargs="+", default=["1x64", "8x64"], help="BATCHxSEQ buckets")
+    parser.add_argument("--calls", type=int, default=5, help="back-to-back calls profiled")
+    args = parser.parse_args(argv)
+    try:
+        keys = [parse_key(text) for text in args.keys]
+    except ValueError as error:
+        parser.error(str(error))
+    if args.calls < 1:
+        parser.error(f"--calls must be >= 1, got {args.calls}")
+    import torch
+
+    if not torch.cuda.is_available():
+        print("replay_profile: needs CUDA (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    for key in keys:
+        print(render(key, profile_key(key, args.calls)), end="\n\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
