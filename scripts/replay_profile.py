@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-BENCH_DIR = Path(__file__).resolve().parents[1] / "tests" / "bench"
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_DIR = ROOT / "tests" / "bench"
 
 
 class DeviceOp(NamedTuple):
@@ -110,7 +111,8 @@ def profile_key(key: tuple[int, int], calls: int) -> Profile:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    sys.path.insert(0, str(BENCH_DIR))  # the benchmarks' workload, so figures compare
+    # The benchmarks' workload, so figures compare; the checkout's packages, installed or not.
+    sys.path[:0] = [str(BENCH_DIR), str(ROOT)]
     from bench_workloads import forward_inputs, make_decoder, warm_up
 
     from reasyn_ref.graph_cache import GraphCache
