@@ -9,6 +9,11 @@ call, their summed time, the span from the first start to the last end, and the 
 two; then one row per kernel name: launches per call, mean duration and the idle time before
 its launches (per call), most idle first. The benchmarks hold the judged figures
 (test_bench_replay_efficiency.py); this is for finding what to change.
+
+Read the idle times inside the graph (between its kernels: the device's own launch gaps). The
+profiler slows the host, so the device waits for each call's input copies and graph launch
+far longer than in an un-profiled run: the idle time before a call's first operations, and
+so busy/span, belong to the profiled host.
 """
 
 from __future__ import annotations
@@ -95,7 +100,7 @@ def render(key: tuple[int, int], profile: Profile, name_width: int = 100) -> str
     lines = [
         f"key {key}: {profile.ops_per_call:.0f} device ops per call, "
         f"{profile.device_us_per_call:.1f} us busy in a span of {profile.span_us_per_call:.1f} us "
-        f"(busy/span {profile.efficiency:.3f})",
+        f"(busy/span under the profiler {profile.efficiency:.3f})",
         f"{'per call':>8} {'mean us':>8} {'idle before, us per call':>25}  kernel",
     ]
     for row in profile.rows:
