@@ -3,26 +3,15 @@ Its GPU part (profile_key) runs only on a GPU host; reports/README.md says where
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "replay_profile.py"
+from script_modules import script_module
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("replay_profile", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it executes
-    try:
-        spec.loader.exec_module(module)
+    with script_module("replay_profile") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 def test_keys_parse_and_bad_ones_are_named(script):

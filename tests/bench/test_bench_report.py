@@ -6,23 +6,17 @@ import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from script_modules import SCRIPTS, script_module
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_report.py"
+SCRIPT = SCRIPTS / "bench_report.py"
 
 
 @pytest.fixture(scope="module")
 def report_module():
-    spec = importlib.util.spec_from_file_location("bench_report", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it executes
-    try:
-        spec.loader.exec_module(module)
+    with script_module("bench_report") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 def entry(median_s: float, **extra_info) -> dict:
