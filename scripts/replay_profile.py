@@ -20,42 +20,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH_DIR = ROOT / "tests" / "bench"
+# The benchmarks' workload and profile arithmetic, so figures compare; the checkout's packages,
+# installed or not.
+sys.path[:0] = [str(ROOT / "tests" / "bench"), str(ROOT)]
 
-
-class DeviceOp(NamedTuple):
-    """One kernel or copy as the profiler saw it; times in microseconds."""
-
-    name: str
-    start_us: float
-    end_us: float
-
-
-@dataclass(frozen=True)
-class KernelRow:
-    name: str
-    per_call: float
-    mean_us: float
-    idle_before_us_per_call: float
-
-
-@dataclass(frozen=True)
-class Profile:
-    ops_per_call: float
-    device_us_per_call: float
-    span_us_per_call: float
-    rows: list[KernelRow]
-
-    @property
-    def efficiency(self) -> float:
-        """Device time over span: how busy the device was from the first op to the last."""
-        return self.device_us_per_call / self.span_us_per_call
+from device_profile import Profile, profile_device_ops, summarize  # noqa: E402
 
 
 def parse_key(text: str) -> tuple[int, int]:
@@ -64,36 +36,6 @@ def parse_key(text: str) -> tuple[int, int]:
     if len(parts) != 2 or not all(part.isdigit() and int(part) > 0 for part in parts):
         raise ValueError(f"key {text!r} must be BATCHxSEQ with positive integers, e.g. 8x64")
     return int(parts[0]), int(parts[1])
-
-
-def summarize(ops: list[DeviceOp], calls: int) -> Profile:
-    """Per-call figures of ``ops`` (any order), made by ``calls`` calls. The idle time before an
-    op is the time since the latest end of any op before it; overlapping ops have none."""
-    if not ops:
-        raise ValueError("no device operations to summarize (was CUPTI available?)")
-    if calls < 1:
-        raise ValueError(f"calls must be >= 1, got {calls}")
-    ops = sorted(ops, key=lambda op: op.start_us)
-    count: dict[str, int] = defaultdict(int)
-    busy: dict[str, float] = defaultdict(float)
-    idle: dict[str, float] = defaultdict(float)
-    latest_end = ops[0].start_us
-    for op in ops:
-        count[op.name] += 1
-        busy[op.name] += op.end_us - op.start_us
-        idle[op.name] += max(0.0, op.start_us - latest_end)
-        latest_end = max(latest_end, op.end_us)
-    rows = [
-        KernelRow(name, count[name] / calls, busy[name] / count[name], idle[name] / calls)
-        for name in count
-    ]
-    rows.sort(key=lambda row: (-row.idle_before_us_per_call, -row.per_call * row.mean_us))
-    return Profile(
-        ops_per_call=len(ops) / calls,
-        device_us_per_call=sum(busy.values()) / calls,
-        span_us_per_call=(latest_end - ops[0].start_us) / calls,
-        rows=rows,
-    )
 
 
 def render(key: tuple[int, int], profile: Profile, name_width: int = 100) -> str:
@@ -113,11 +55,6 @@ def render(key: tuple[int, int], profile: Profile, name_width: int = 100) -> str
 
 def profile_key(key: tuple[int, int], calls: int) -> Profile:
     import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    # The benchmarks' workload, so figures compare; the checkout's packages, installed or not.
-    sys.path[:0] = [str(BENCH_DIR), str(ROOT)]
     from bench_workloads import forward_inputs, make_decoder, warm_up
 
     from reasyn_ref.graph_cache import GraphCache
@@ -131,16 +68,8 @@ def profile_key(key: tuple[int, int], calls: int) -> Profile:
         cache(*inputs, rows=key[0])
 
     warm_up(step)  # the first call captures
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            step()
-        torch.cuda.synchronize()
+    ops = profile_device_ops(step, calls)
     cache.clear()
-    ops = [
-        DeviceOp(event.name, event.time_range.start, event.time_range.end)
-        for event in prof.events()
-        if event.device_type == DeviceType.CUDA
-    ]
     return summarize(ops, calls)
 
 

@@ -12,10 +12,8 @@ from __future__ import annotations
 from functools import partial
 
 import pytest
-import torch
 from bench_workloads import FORWARD_KEYS, forward_inputs, key_id, needs_cuda, warm_up
-from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile
+from device_profile import profile_device_ops, summarize
 
 from reasyn_ref.graph_cache import GraphCache
 
@@ -25,20 +23,6 @@ REPLAYS = 10
 ROUNDS = 5
 
 
-def device_time_per_call_ms(step, calls: int) -> tuple[float, float]:
-    """(device ms, device kernels and copies) per call, over ``calls`` calls of ``step``."""
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            step()
-        torch.cuda.synchronize()
-    device_events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-    if not device_events:
-        raise AssertionError("the profiler saw no device activity in the replays (CUPTI off?)")
-    # For a device event its self time is its whole duration (microseconds).
-    total_us = sum(e.self_device_time_total for e in device_events)
-    return total_us / 1e3 / calls, len(device_events) / calls
-
-
 @pytest.mark.parametrize("key", FORWARD_KEYS, ids=key_id)
 def test_replay_efficiency(key, default_decoder, cuda_device, cuda_benchmark):
     inputs = forward_inputs(default_decoder.config, key, cuda_device)
@@ -46,14 +30,15 @@ def test_replay_efficiency(key, default_decoder, cuda_device, cuda_benchmark):
     step = partial(cache, *inputs, rows=key[0])
     warm_up(step)  # the first call captures
     cuda_benchmark.pedantic(step, rounds=ROUNDS, iterations=REPLAYS, warmup_rounds=1)
-    device_ms, device_ops_per_call = device_time_per_call_ms(step, REPLAYS)
+    device = summarize(profile_device_ops(step, REPLAYS), REPLAYS)
+    device_ms = device.device_us_per_call / 1e3
     info = cuda_benchmark.extra_info
     info.update(
         bench="replay_efficiency",
         key=list(key),
         replays=REPLAYS,
         device_ms=device_ms,
-        device_ops_per_call=round(device_ops_per_call),
+        device_ops_per_call=round(device.ops_per_call),
     )
     if cuda_benchmark.stats is not None:
         wall_ms = cuda_benchmark.stats.stats.median * 1e3  # per call: stats divide by REPLAYS

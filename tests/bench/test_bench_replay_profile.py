@@ -1,10 +1,12 @@
-"""scripts/replay_profile.py's arithmetic and arguments on synthetic profiles (CPU, runs in CI).
-Its GPU part (profile_key) runs only on a GPU host; reports/README.md says where it ran."""
+"""The profile arithmetic (device_profile.py) and scripts/replay_profile.py's output and
+arguments, on synthetic profiles (CPU, runs in CI). Profiling itself runs only on a GPU host;
+reports/README.md says where it ran."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from device_profile import DeviceOp, summarize
 from script_modules import script_module
 
 
@@ -23,7 +25,7 @@ def test_keys_parse_and_bad_ones_are_named(script):
 
 
 def test_summary_counts_busy_time_span_and_idle_before_each_kernel(script):
-    op = script.DeviceOp
+    op = DeviceOp
     # Two calls of: copy, gemm, attention (the attention waits 5 us), and one overlap.
     ops = [
         op("copy", 0.0, 1.0),
@@ -34,7 +36,7 @@ def test_summary_counts_busy_time_span_and_idle_before_each_kernel(script):
         op("attn", 23.5, 25.5),
         op("gemm", 24.0, 25.0),  # overlaps the attention: no idle time before it
     ]
-    profile = script.summarize(list(reversed(ops)), calls=2)  # any order
+    profile = summarize(list(reversed(ops)), calls=2)  # any order
     assert profile.ops_per_call == 3.5
     assert profile.device_us_per_call == pytest.approx(((1 + 4 + 2) * 2 + 1) / 2)
     assert profile.span_us_per_call == pytest.approx(25.5 / 2)
@@ -49,11 +51,11 @@ def test_summary_counts_busy_time_span_and_idle_before_each_kernel(script):
     assert text.startswith("key (8, 64): 4 device ops per call") and "attn" in text
 
 
-def test_summary_refuses_nothing_to_summarize(script):
+def test_summary_refuses_nothing_to_summarize():
     with pytest.raises(ValueError, match="no device operations"):
-        script.summarize([], calls=1)
+        summarize([], calls=1)
     with pytest.raises(ValueError, match="calls must be >= 1, got 0"):
-        script.summarize([script.DeviceOp("k", 0.0, 1.0)], calls=0)
+        summarize([DeviceOp("k", 0.0, 1.0)], calls=0)
 
 
 def test_command_line_errors_name_the_argument(script, capsys):
