@@ -280,7 +280,9 @@ def check_step_buffers(
         raise TypeError(f"buffers must be StepBuffers, got {type(buffers).__name__}")
     for name in ("inputs", "cache", "cross", "cross_mask"):
         if not isinstance(getattr(buffers, name), Tensor):
-            raise TypeError(f"buffers.{name} must be a tensor, got {describe(getattr(buffers, name))}")
+            raise TypeError(
+                f"buffers.{name} must be a tensor, got {describe(getattr(buffers, name))}"
+            )
     if buffers.cache.dim() != 5 or buffers.cross.dim() != 4:
         raise ValueError(
             f"buffers.cache must be [L, 2, Bb, S, d] and buffers.cross [L, 2, M, d], got "
@@ -327,10 +329,14 @@ def check_target_memory(
         )
     for name, tensor in (("memory", memory), ("memory_padding_mask", memory_padding_mask)):
         if tensor.device != buffers.cache.device:
-            raise ValueError(f"{name} is on {tensor.device}; the buffers are on {buffers.cache.device}")
+            raise ValueError(
+                f"{name} is on {tensor.device}; the buffers are on {buffers.cache.device}"
+            )
 
 
-def check_prefill_inputs(config: DecoderConfig, buffers: StepBuffers, tokens: Tensor, gather: Tensor) -> int:
+def check_prefill_inputs(
+    config: DecoderConfig, buffers: StepBuffers, tokens: Tensor, gather: Tensor
+) -> int:
     """tokens long [Bb, P] with P <= cache_len, gather long [Bb]; values checked on the CPU
     only (on a GPU that would be a host sync). Returns P."""
     batch, cache_len, _ = buffers.key
@@ -345,7 +351,9 @@ def check_prefill_inputs(config: DecoderConfig, buffers: StepBuffers, tokens: Te
         raise ValueError(f"gather must be a torch.long tensor [Bb={batch}], got {describe(gather)}")
     for name, tensor in (("tokens", tokens), ("gather", gather)):
         if tensor.device != buffers.cache.device:
-            raise ValueError(f"{name} is on {tensor.device}; the buffers are on {buffers.cache.device}")
+            raise ValueError(
+                f"{name} is on {tensor.device}; the buffers are on {buffers.cache.device}"
+            )
     length = tokens.shape[1]
     if tokens.device.type == "cpu":
         check_ids("tokens", tokens, config.vocab_size)
