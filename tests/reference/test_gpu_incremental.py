@@ -214,8 +214,8 @@ kv = PositionReadOnTheHost(seeded_decoder(DecoderConfig.tiny(), 0).cuda())
 try:
     with StepGraphCache(kv, warmups=1).claim(StepKey(2, 64, 64)):
         pass
-except RuntimeError as error:
-    print("CAPTURE FAILED:", error)
+except Exception as error:  # noqa: BLE001 - any failure of the capture is the answer
+    print("CAPTURE FAILED:", type(error).__name__, error)
 else:
     print("CAPTURED")
 """

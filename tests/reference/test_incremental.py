@@ -14,6 +14,7 @@ from reasyn_ref import (
     IncrementalDecoder,
     IncrementalSampler,
     StepBuffers,
+    StepGraphCache,
     StepKey,
     expand_memory,
     load_checkpoint,
@@ -228,6 +229,17 @@ def test_sampler_stages_one_copy_each_way_per_step(tiny_decoder, target, transfe
     sampler.sample(*target, [[START], [START, 5]], torch.Generator(), max_len=7)
     # The prefill: tokens and gather over, the first draw back; then 5 steps of one each way.
     assert transfers == ["to", "to", "cpu"] + ["cpu"] * 5
+
+
+def test_the_step_graph_cache_refuses_what_it_cannot_capture(kv):
+    with pytest.raises(TypeError, match="kv must be an IncrementalDecoder"):
+        StepGraphCache(kv.decoder)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="StepGraphCache needs CUDA"):
+            StepGraphCache(kv)
+    else:
+        with pytest.raises(ValueError, match="needs the decoder on a CUDA device"):
+            StepGraphCache(kv)
 
 
 def test_sampler_refuses_graphs_on_the_cpu(tiny_decoder):
