@@ -28,7 +28,14 @@ import torch
 from torch import Tensor
 
 from .graph_cache import CAPTURE_ERROR_MODE, LRU, check_count
-from .incremental import IncrementalDecoder, StepBuffers, StepKey, StepSlot, check_rows
+from .incremental import (
+    IncrementalDecoder,
+    StepBuffers,
+    StepKey,
+    StepSlot,
+    check_rows,
+    check_step_key,
+)
 from .model import step_context
 
 
@@ -56,6 +63,8 @@ class _StepGraph:
 
     def step(self, rows: int) -> Tensor:
         """Replay on the buffers as they are now; fp32 logits [rows, vocab] of their own."""
+        if self.graph is None:
+            raise RuntimeError("this step graph was released: use a slot only inside its claim")
         check_rows(rows, self.buffers.key.batch)
         with torch.cuda.device(self.cache.device):
             self.graph.replay()
@@ -114,7 +123,8 @@ class StepGraphCache:
     @contextlib.contextmanager
     def claim(self, key: StepKey) -> Iterator[StepSlot]:
         """The graph of ``key`` and its buffers, for one target; holds the lock until exit."""
-        key = StepKey(*key) if isinstance(key, tuple) else key
+        check_step_key(self.kv.config, key)
+        key = StepKey(*key)
         with self.lock, torch.cuda.device(self.device):
             entry = self._lru.get(key)
             if entry is None:

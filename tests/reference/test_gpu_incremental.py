@@ -175,6 +175,50 @@ def test_graphs_on_and_off_sample_the_same_tokens(decoder, device):
     assert sum(len(row) for row in runs[True]) > sum(len(p) for p in prefixes)
 
 
+def test_the_lru_keeps_the_latest_keys_and_releases_the_others(kv, device):
+    graphs = StepGraphCache(kv, capacity=2)
+    keys = [StepKey(1, 64, 64), StepKey(2, 64, 64), StepKey(1, 64, 64), StepKey(4, 64, 64)]
+    slots = []
+    for key in keys:
+        with graphs.claim(key) as slot:
+            slots.append(slot)
+    assert graphs.keys() == [StepKey(1, 64, 64), StepKey(4, 64, 64)]
+    assert (graphs.stats.captures, graphs.stats.hits, graphs.stats.evictions) == (3, 1, 1)
+    assert slots[0] is slots[2]
+    with pytest.raises(RuntimeError, match="released"):
+        slots[1].step(1)  # StepKey(2, 64, 64), evicted
+    with (
+        pytest.raises(ValueError, match=r"key\.batch must be an int >= 1"),
+        graphs.claim((0, 64, 64)),
+    ):
+        pass
+    graphs.clear()
+    assert graphs.keys() == [] and not graphs.lock.locked()
+
+
+def test_a_failed_capture_leaves_nothing_and_the_next_claim_works(kv, device, monkeypatch):
+    graphs = StepGraphCache(kv)
+    key = StepKey(2, 64, 64)
+    stream = torch.cuda.current_stream(device)
+    forward = graphs._forward
+
+    def failing_in_capture(entry):
+        out = forward(entry)
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("injected failure inside the capture")
+        return out
+
+    monkeypatch.setattr(graphs, "_forward", failing_in_capture)
+    with pytest.raises(RuntimeError, match="injected failure"), graphs.claim(key):
+        pass
+    assert graphs.keys() == [] and graphs.stats.captures == 0 and not graphs.lock.locked()
+    assert torch.cuda.current_stream(device) == stream
+    monkeypatch.undo()
+    with graphs.claim(key) as slot:
+        assert slot.step(2).shape == (2, kv.config.vocab_size)
+    assert graphs.keys() == [key]
+
+
 # --- capture-clean ---------------------------------------------------------------------------
 
 
