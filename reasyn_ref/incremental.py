@@ -239,6 +239,8 @@ class EagerSteps:
     same form as ``StepGraphCache.claim``, so a sampler runs either without knowing which."""
 
     def __init__(self, kv: IncrementalDecoder, *, bf16: bool) -> None:
+        if not isinstance(kv, IncrementalDecoder):
+            raise TypeError(f"kv must be an IncrementalDecoder, got {type(kv).__name__}")
         self.kv = kv
         self.bf16 = bf16
 

@@ -231,6 +231,11 @@ def test_sampler_stages_one_copy_each_way_per_step(tiny_decoder, target, transfe
     assert transfers == ["to", "to", "cpu"] + ["cpu"] * 5
 
 
+def test_eager_steps_need_an_incremental_decoder(tiny_decoder):
+    with pytest.raises(TypeError, match="kv must be an IncrementalDecoder"):
+        EagerSteps(tiny_decoder, bf16=False)
+
+
 def test_the_step_graph_cache_refuses_what_it_cannot_capture(kv):
     with pytest.raises(TypeError, match="kv must be an IncrementalDecoder"):
         StepGraphCache(kv.decoder)
