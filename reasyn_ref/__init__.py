@@ -4,6 +4,9 @@ from .bucketing import bucket_batch, bucket_memory, bucket_seq
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import DecoderConfig, EncoderConfig
 from .graph_cache import GraphCache, GraphKey
+from .incremental import EagerSteps, IncrementalDecoder, StepBuffers, StepKey
+from .incremental_graphs import StepGraphCache
+from .incremental_sampler import IncrementalSampler
 from .model import Decoder, Encoder, expand_memory
 from .sampler import ARSampler
 from .workers import SampleJob, WorkerError, WorkerPool
@@ -12,11 +15,17 @@ __all__ = [
     "ARSampler",
     "Decoder",
     "DecoderConfig",
+    "EagerSteps",
     "Encoder",
     "EncoderConfig",
     "GraphCache",
     "GraphKey",
+    "IncrementalDecoder",
+    "IncrementalSampler",
     "SampleJob",
+    "StepBuffers",
+    "StepGraphCache",
+    "StepKey",
     "WorkerError",
     "WorkerPool",
     "bucket_batch",

@@ -103,8 +103,8 @@ class ARSampler:
         shared by every row. A prefix that already ends with ``end_token`` or has ``max_len``
         tokens is returned as it is.
         """
-        max_len = self._check_max_len(max_len)
-        self._check_target(memory, memory_padding_mask, generator)
+        max_len = check_max_len(self.config, max_len)
+        check_target(self.config, self.device, memory, memory_padding_mask, generator)
         if self.bucket:
             memory, memory_padding_mask = pad_memory(memory, memory_padding_mask)
         sequences = token_rows(prefixes, self.config, max_len)
@@ -176,50 +176,57 @@ class ARSampler:
     def _finished(self, sequence: list[int], max_len: int) -> bool:
         return sequence[-1] == self.config.end_token or len(sequence) >= max_len
 
-    def _check_max_len(self, max_len: int | None) -> int:
-        if max_len is None:
-            return self.config.max_len
-        if isinstance(max_len, bool) or not isinstance(max_len, int):
-            raise ValueError(f"max_len must be an int, got {max_len!r}")
-        if not 1 <= max_len <= self.config.max_len:
-            raise ValueError(
-                f"max_len must be in [1, config.max_len={self.config.max_len}], got {max_len}"
-            )
-        return max_len
 
-    def _check_target(
-        self, memory: Tensor, memory_padding_mask: Tensor, generator: torch.Generator
-    ) -> None:
-        d_model = self.config.d_model
-        if (
-            not isinstance(memory, Tensor)
-            or not memory.is_floating_point()
-            or memory.dim() != 3
-            or memory.shape[0] != 1
-            or memory.shape[2] != d_model
-        ):
-            raise ValueError(
-                f"memory must be one target's floating-point tensor [1, M, d_model={d_model}], "
-                f"got {_describe(memory)}"
-            )
-        if (
-            not isinstance(memory_padding_mask, Tensor)
-            or memory_padding_mask.dtype != torch.bool
-            or memory_padding_mask.shape != memory.shape[:2]
-        ):
-            raise ValueError(
-                f"memory_padding_mask must be a torch.bool tensor [1, M] = {tuple(memory.shape[:2])}, "
-                f"got {_describe(memory_padding_mask)}"
-            )
-        for name, tensor in (("memory", memory), ("memory_padding_mask", memory_padding_mask)):
-            if tensor.device != self.device:
-                raise ValueError(f"{name} is on {tensor.device}; the decoder is on {self.device}")
-        if not isinstance(generator, torch.Generator) or _indexed(generator.device) != self.device:
-            where = generator.device if isinstance(generator, torch.Generator) else None
-            raise ValueError(
-                f"generator must be a torch.Generator on the decoder's device {self.device}, "
-                f"got {type(generator).__name__} on {where}"
-            )
+def check_max_len(config: DecoderConfig, max_len: int | None) -> int:
+    """``max_len`` of a ``sample`` call, resolved: config.max_len when None."""
+    if max_len is None:
+        return config.max_len
+    if isinstance(max_len, bool) or not isinstance(max_len, int):
+        raise ValueError(f"max_len must be an int, got {max_len!r}")
+    if not 1 <= max_len <= config.max_len:
+        raise ValueError(f"max_len must be in [1, config.max_len={config.max_len}], got {max_len}")
+    return max_len
+
+
+def check_target(
+    config: DecoderConfig,
+    device: torch.device,
+    memory: Tensor,
+    memory_padding_mask: Tensor,
+    generator: torch.Generator,
+) -> None:
+    """One target's memory [1, M, d_model] and padding mask [1, M], and a generator, all on
+    the decoder's ``device``."""
+    d_model = config.d_model
+    if (
+        not isinstance(memory, Tensor)
+        or not memory.is_floating_point()
+        or memory.dim() != 3
+        or memory.shape[0] != 1
+        or memory.shape[2] != d_model
+    ):
+        raise ValueError(
+            f"memory must be one target's floating-point tensor [1, M, d_model={d_model}], "
+            f"got {_describe(memory)}"
+        )
+    if (
+        not isinstance(memory_padding_mask, Tensor)
+        or memory_padding_mask.dtype != torch.bool
+        or memory_padding_mask.shape != memory.shape[:2]
+    ):
+        raise ValueError(
+            f"memory_padding_mask must be a torch.bool tensor [1, M] = {tuple(memory.shape[:2])}, "
+            f"got {_describe(memory_padding_mask)}"
+        )
+    for name, tensor in (("memory", memory), ("memory_padding_mask", memory_padding_mask)):
+        if tensor.device != device:
+            raise ValueError(f"{name} is on {tensor.device}; the decoder is on {device}")
+    if not isinstance(generator, torch.Generator) or _indexed(generator.device) != device:
+        where = generator.device if isinstance(generator, torch.Generator) else None
+        raise ValueError(
+            f"generator must be a torch.Generator on the decoder's device {device}, "
+            f"got {type(generator).__name__} on {where}"
+        )
 
 
 def pad_rows(
