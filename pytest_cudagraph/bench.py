@@ -3,7 +3,7 @@
 CUDA kernels run asynchronously, so a host clock read right after a launch measures the
 launch, not the work; the timer synchronizes the device before reading the clock.
 pytest-benchmark names its storage after the OS and Python only, so runs on other GPUs or
-torch builds would be compared; ``{cudagraph_stack}`` in a benchmark path names the stack.
+torch builds would be compared; ``{cudagraph_stack_id}`` in a benchmark path names the stack.
 Nothing here imports torch or NVML until a benchmark needs it.
 """
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import torch
 
 # Written in --benchmark-storage, --benchmark-compare or --benchmark-json; replaced by stack_id().
-STACK_PLACEHOLDER = "{cudagraph_stack}"
+STACK_PLACEHOLDER = "{cudagraph_stack_id}"
 
 
 def synchronizing_timer(device: torch.device) -> Callable[[], float]:
@@ -77,7 +77,7 @@ def stack_id() -> str:
 
 
 def fill_stack_paths(options: dict[str, object], stack: Callable[[], str]) -> dict[str, object]:
-    """The benchmark path options with ``{cudagraph_stack}`` replaced; only those that hold it.
+    """The benchmark path options with ``{cudagraph_stack_id}`` replaced; only those that hold it.
 
     ``options`` maps ``benchmark_storage``, ``benchmark_compare`` and ``benchmark_json`` to
     their values. The storage is filled only when this run saves or compares (otherwise it is
@@ -143,7 +143,7 @@ class BenchmarkHooks:
         self, config: pytest.Config, machine_info: dict[str, object]
     ) -> None:
         machine_info.update(gpu_machine_info())
-        machine_info["cudagraph_stack"] = self.stack_once()
+        machine_info["cudagraph_stack_id"] = self.stack_once()
 
     @pytest.fixture
     def cuda_benchmark(self, benchmark: object, cuda_timer: Callable[[], float]) -> object:

@@ -6,7 +6,7 @@ already ran in this session (eager before compile before graph: the order of the
 functions) records the ratio to it. Ratios are never taken across runs.
 
 Storage and the committed baseline are kept per stack by the plugin: the commands in tox.ini
-and docs/benchmarks.md name ``{cudagraph_stack}`` in their benchmark paths.
+and docs/benchmarks.md name ``{cudagraph_stack_id}`` in their benchmark paths.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ def test_each_baseline_is_filed_under_the_stack_it_was_recorded_on(folder: Path)
     gpu = info["gpus"][0].rsplit(" (", 1)[0] if info["gpus"] else None
     recorded_on = stack_id_of(info["python_version"], info["torch"], info["torch_cuda"], gpu)
     assert folder.name == recorded_on
-    assert info.get("cudagraph_stack", recorded_on) == recorded_on
+    assert info.get("cudagraph_stack_id", recorded_on) == recorded_on
 
 
 def test_tox_bench_compares_with_this_stack_baseline() -> None:

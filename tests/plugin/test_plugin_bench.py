@@ -57,7 +57,7 @@ def test_machine_info_names_gpus_driver_torch_and_cuda(
     assert {key: machine_info[key] for key in gpu_machine_info()} == gpu_machine_info()
     assert machine_info["torch"] == torch.__version__
     assert machine_info["torch_cuda"] == torch.version.cuda
-    assert machine_info["cudagraph_stack"] == stack_id()
+    assert machine_info["cudagraph_stack_id"] == stack_id()
 
 
 def test_stack_id_names_python_torch_cuda_and_gpu() -> None:
@@ -141,7 +141,7 @@ def test_runs_are_saved_and_compared_per_stack(bench_pytester: pytest.Pytester) 
     stored = list((bench_pytester.path / ".benchmarks" / stack).rglob("*.json"))
     assert len(stored) == 1, f"expected the run saved under .benchmarks/{stack}"
     recorded = bench_pytester.path / "benchmarks" / stack / "baseline.json"
-    assert json.loads(recorded.read_text())["machine_info"]["cudagraph_stack"] == stack
+    assert json.loads(recorded.read_text())["machine_info"]["cudagraph_stack_id"] == stack
 
     compared = bench_pytester.runpytest_inprocess(
         storage, f"--benchmark-compare={baseline}", "--benchmark-compare-fail=median:1000000%"

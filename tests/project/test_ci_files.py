@@ -107,7 +107,7 @@ def test_the_gpu_job_runs_on_a_gpu_runner_what_docs_ci_gives_for_any_ci() -> Non
     assert any("--pyargs pytest_cudagraph.conformance" in line for line in pytest_commands)
     benchmarks = [line for line in pytest_commands if "--benchmark-compare-fail=" in line]
     assert len(benchmarks) == 1
-    assert "benchmarks/baseline/{cudagraph_stack}/baseline.json" in benchmarks[0]
+    assert "benchmarks/baseline/{cudagraph_stack_id}/baseline.json" in benchmarks[0]
     docs = " ".join(
         " ".join(line.rstrip("\\").split())
         for line in (ROOT / "docs" / "ci.md").read_text().splitlines()
