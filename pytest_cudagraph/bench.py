@@ -79,10 +79,11 @@ def stack_id() -> str:
 def fill_stack_paths(options: dict[str, object], stack: Callable[[], str]) -> dict[str, object]:
     """The benchmark path options with ``{cudagraph_stack_id}`` replaced; only those that hold it.
 
-    ``options`` maps ``benchmark_storage``, ``benchmark_compare`` and ``benchmark_json`` to
-    their values. The storage is filled only when this run saves or compares (otherwise it is
-    never opened, and ``stack`` is not called). A compare path must then name an existing file:
-    ValueError otherwise, saying how to record it.
+    ``options`` holds pytest-benchmark's option values by dest (``benchmark_storage``,
+    ``benchmark_compare``, ``benchmark_json``, ``benchmark_save``, ``benchmark_autosave``).
+    The storage is filled only when the run saves or compares (otherwise it is never opened);
+    ``stack`` is called only when something is filled. A compare path must then name an
+    existing file: ValueError otherwise, saying how to record it.
     """
     storage, compare, json_path = (
         options.get(name) for name in ("benchmark_storage", "benchmark_compare", "benchmark_json")
@@ -131,6 +132,13 @@ class BenchmarkHooks:
             )
         except ValueError as error:
             raise pytest.UsageError(f"--benchmark-compare: {error}") from None
+        if filled and config.pluginmanager.has_plugin("pytest-benchmark"):
+            # pytest-benchmark read its paths when its session started: changing them now
+            # would be silently ignored.
+            raise pytest.UsageError(
+                f"{STACK_PLACEHOLDER} cannot be filled in: pytest-benchmark's session started "
+                "before the cudagraph plugin's hooks were registered"
+            )
         for name, value in filled.items():
             setattr(config.option, name, value)
         if "benchmark_json" in filled:

@@ -171,6 +171,16 @@ def test_a_run_that_saves_nothing_never_asks_for_the_stack(
     assert "cudagraph: benchmarks of stack" not in result.stdout.str()
 
 
+def test_filling_in_after_pytest_benchmark_started_is_refused(
+    bench_pytester: pytest.Pytester,
+) -> None:
+    config = bench_pytester.parseconfigure()
+    assert config.pluginmanager.has_plugin("pytest-benchmark")
+    config.option.benchmark_json = Path(f"out/{STACK_PLACEHOLDER}.json")
+    with pytest.raises(pytest.UsageError, match="pytest-benchmark's session started before"):
+        bench.BenchmarkHooks().pytest_configure(config)
+
+
 def test_the_module_imports_neither_torch_nor_nvml() -> None:
     code = (
         "import sys, pytest_cudagraph.bench; print(sorted({'torch', 'pynvml'} & set(sys.modules)))"
