@@ -1,24 +1,35 @@
-"""pytest-benchmark support: GPU facts in machine_info, and a timer that waits for the GPU.
+"""pytest-benchmark support: GPU facts in machine_info, storage per stack, a GPU-aware timer.
 
 CUDA kernels run asynchronously, so a host clock read right after a launch measures the
 launch, not the work; the timer synchronizes the device before reading the clock.
+pytest-benchmark names its storage after the OS and Python only, so runs on other GPUs or
+torch builds would be compared; ``{cudagraph_stack_id}`` in a benchmark path names the stack.
+Nothing here imports torch or NVML until a benchmark needs it.
 """
 
 from __future__ import annotations
 
+import platform
+import re
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
 
-from pytest_cudagraph import devices
+if TYPE_CHECKING:
+    import torch
+
+# Written in --benchmark-storage, --benchmark-compare or --benchmark-json; replaced by stack_id().
+STACK_PLACEHOLDER = "{cudagraph_stack_id}"
 
 
 def synchronizing_timer(device: torch.device) -> Callable[[], float]:
     """``time.perf_counter`` that first waits for all work queued on ``device``."""
     if device.type != "cuda":
         return time.perf_counter
+    import torch
 
     def cuda_synchronized_perf_counter() -> float:
         torch.cuda.synchronize(device)
@@ -29,6 +40,10 @@ def synchronizing_timer(device: torch.device) -> Callable[[], float]:
 
 def gpu_machine_info() -> dict[str, object]:
     """GPU, driver, torch and CUDA, so saved benchmarks from different stacks tell apart."""
+    import torch
+
+    from pytest_cudagraph import devices
+
     nvml = devices.nvml_status()
     return {
         "gpus": [
@@ -40,13 +55,103 @@ def gpu_machine_info() -> dict[str, object]:
     }
 
 
+def stack_id_of(python: str, torch_version: str, cuda: str | None, gpu: str | None) -> str:
+    """One folder name for a stack, e.g. ``py3.12-torch2.11.0+cu130-cuda13.0-NVIDIA-H200``,
+    or ``py3.11-torch2.13.0+cpu-nogpu`` without a GPU (``cuda`` and ``gpu`` are then None)."""
+    parts = ["py" + ".".join(python.split(".")[:2]), f"torch{torch_version}"]
+    parts += [f"cuda{cuda}", gpu] if gpu is not None else ["nogpu"]
+    return "-".join(re.sub(r"[^A-Za-z0-9.+_-]+", "-", part).strip("-") for part in parts)
+
+
+def stack_id() -> str:
+    """This process's stack id (the GPU is the first visible one)."""
+    import torch
+
+    on_gpu = torch.cuda.is_available()
+    return stack_id_of(
+        platform.python_version(),
+        torch.__version__,
+        torch.version.cuda if on_gpu else None,
+        torch.cuda.get_device_name(0) if on_gpu else None,
+    )
+
+
+def fill_stack_paths(options: dict[str, object], stack: Callable[[], str]) -> dict[str, object]:
+    """The benchmark path options with ``{cudagraph_stack_id}`` replaced; only those that hold it.
+
+    ``options`` holds pytest-benchmark's option values by dest (``benchmark_storage``,
+    ``benchmark_compare``, ``benchmark_json``, ``benchmark_save``, ``benchmark_autosave``).
+    The storage is filled only when the run saves or compares (otherwise it is never opened);
+    ``stack`` is called only when something is filled. A compare path must then name an
+    existing file: ValueError otherwise, saying how to record it.
+    """
+    storage, compare, json_path = (
+        options.get(name) for name in ("benchmark_storage", "benchmark_compare", "benchmark_json")
+    )
+    storage_used = bool(options.get("benchmark_save") or options.get("benchmark_autosave"))
+    filled: dict[str, object] = {}
+    if isinstance(compare, str) and STACK_PLACEHOLDER in compare:
+        compare_file = Path(compare.replace(STACK_PLACEHOLDER, stack()))
+        if not compare_file.is_file():
+            raise ValueError(
+                f"no benchmark file {compare_file} for this stack. Record one on this stack with "
+                f"`pytest --benchmark-only --benchmark-json={compare}` and commit it"
+            )
+        filled["benchmark_compare"] = str(compare_file)
+    if isinstance(storage, str) and STACK_PLACEHOLDER in storage and (storage_used or compare):
+        filled["benchmark_storage"] = storage.replace(STACK_PLACEHOLDER, stack())
+    if json_path is not None and STACK_PLACEHOLDER in str(json_path):
+        filled["benchmark_json"] = Path(str(json_path).replace(STACK_PLACEHOLDER, stack()))
+    return filled
+
+
 class BenchmarkHooks:
-    """Registered only when pytest-benchmark is active (its hook names are unknown otherwise)."""
+    """Registered only when pytest-benchmark is active (its hook names are unknown otherwise),
+    from the cudagraph plugin's pytest_configure: before pytest-benchmark's (trylast) opens
+    its storage."""
+
+    def __init__(self) -> None:
+        self.stack: str | None = None
+
+    def stack_once(self) -> str:
+        if self.stack is None:
+            self.stack = stack_id()
+        return self.stack
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        names = (
+            "benchmark_storage",
+            "benchmark_compare",
+            "benchmark_json",
+            "benchmark_save",
+            "benchmark_autosave",
+        )
+        try:
+            filled = fill_stack_paths(
+                {name: config.getoption(name, None) for name in names}, self.stack_once
+            )
+        except ValueError as error:
+            raise pytest.UsageError(f"--benchmark-compare: {error}") from None
+        if filled and config.pluginmanager.has_plugin("pytest-benchmark"):
+            # pytest-benchmark read its paths when its session started: changing them now
+            # would be silently ignored.
+            raise pytest.UsageError(
+                f"{STACK_PLACEHOLDER} cannot be filled in: pytest-benchmark's session started "
+                "before the cudagraph plugin's hooks were registered"
+            )
+        for name, value in filled.items():
+            setattr(config.option, name, value)
+        if "benchmark_json" in filled:
+            filled["benchmark_json"].parent.mkdir(parents=True, exist_ok=True)
+
+    def pytest_report_header(self) -> list[str]:
+        return [] if self.stack is None else [f"cudagraph: benchmarks of stack {self.stack}"]
 
     def pytest_benchmark_update_machine_info(
         self, config: pytest.Config, machine_info: dict[str, object]
     ) -> None:
         machine_info.update(gpu_machine_info())
+        machine_info["cudagraph_stack_id"] = self.stack_once()
 
     @pytest.fixture
     def cuda_benchmark(self, benchmark: object, cuda_timer: Callable[[], float]) -> object:

@@ -5,6 +5,10 @@
 #
 #   bash scripts/gpu_suite.sh OUTDIR [label]      e.g. on the device tool: bash scripts/gpu_suite.sh $OUT h200
 #
+# The reports are written under the names reports/ keeps, one per machine kind (label):
+# OUTDIR/gpu-LABEL.md, and with the benchmarks OUTDIR/bench-LABEL.md and bench-LABEL.png.
+# Copy them into reports/ as they are (reports/README.md).
+#
 # Knobs (environment): TEST_ARGS (the project's tests to run; default all but the benchmarks),
 # SKIP_BENCH=1, BENCH_ARGS (extra pytest-benchmark arguments), STEP_TIMEOUT (seconds per step).
 #
@@ -43,9 +47,14 @@ if [[ $gpus -ge 2 ]]; then  # one xdist worker per GPU
 fi
 if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
     run bench tests/bench --benchmark-enable --benchmark-only --benchmark-json="$out/bench.json" ${BENCH_ARGS:-}
-    python3 scripts/bench_report.py "$out/bench.json" --out "$out/bench.md" --plot "$out/bench.png" \
-        >>"$out/bench.log" 2>&1 || status=1
+    # bench.md keeps its own name too: gpu_report.py includes it.
+    if python3 scripts/bench_report.py "$out/bench.json" --out "$out/bench.md" --plot "$out/bench-$label.png" \
+        >>"$out/bench.log" 2>&1; then
+        cp "$out/bench.md" "$out/bench-$label.md"
+    else
+        status=1
+    fi
 fi
 
-python3 scripts/gpu_report.py "$out" --label "$label" --commit "${GIT_COMMIT:-unknown}" --out "$out/report.md" || status=1
+python3 scripts/gpu_report.py "$out" --label "$label" --commit "${GIT_COMMIT:-unknown}" --out "$out/gpu-$label.md" || status=1
 exit $status

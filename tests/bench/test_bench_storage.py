@@ -1,97 +1,36 @@
-"""Storage per stack and the committed baseline (CPU, runs in CI)."""
+"""The committed baselines sit where the plugin's per-stack paths look for them (CPU, runs in CI)."""
 
 from __future__ import annotations
 
-import os
-import platform
-import re
+import configparser
+import json
 from pathlib import Path
 
 import pytest
-import torch
-from bench_storage import BASELINE_ROOT, DEFAULT_STORAGE, baseline_file, per_stack_storage, stack_id
 
-BENCH_DIR = Path(__file__).resolve().parent
-ROOT = BENCH_DIR.parents[1]
+from pytest_cudagraph.bench import STACK_PLACEHOLDER, stack_id_of
 
-
-def test_stack_id_names_python_torch_and_the_device():
-    stack = stack_id()
-    python = ".".join(platform.python_version_tuple()[:2])
-    assert stack.startswith(f"py{python}-torch{torch.__version__}-")
-    if torch.cuda.is_available():
-        assert f"-cuda{torch.version.cuda}-" in stack
-    else:
-        assert stack.endswith("-nogpu")
-    assert re.fullmatch(r"[A-Za-z0-9.+_-]+", stack), "usable as one folder name"
+ROOT = Path(__file__).resolve().parents[2]
+BASELINES = ROOT / "benchmarks" / "baseline"
+BASELINE_PATH = f"benchmarks/baseline/{STACK_PLACEHOLDER}/baseline.json"
 
 
-def test_only_the_default_storage_gets_a_stack_folder():
-    assert per_stack_storage(DEFAULT_STORAGE, "S") == f"{DEFAULT_STORAGE}/S"
-    assert per_stack_storage("file:///elsewhere", "S") == "file:///elsewhere"
+@pytest.mark.parametrize("folder", sorted(BASELINES.iterdir()), ids=lambda folder: folder.name)
+def test_each_baseline_is_filed_under_the_stack_it_was_recorded_on(folder: Path) -> None:
+    info = json.loads((folder / "baseline.json").read_text())["machine_info"]
+    # gpus reads "NAME (MEMORY MiB)", one entry per visible GPU; the id names the first.
+    gpu = info["gpus"][0].rsplit(" (", 1)[0] if info["gpus"] else None
+    recorded_on = stack_id_of(info["python_version"], info["torch"], info["torch_cuda"], gpu)
+    assert folder.name == recorded_on
+    assert info.get("cudagraph_stack_id", recorded_on) == recorded_on
 
 
-def test_baseline_file_is_the_last_json_of_the_stack(tmp_path):
-    folder = tmp_path / BASELINE_ROOT / "S"
-    with pytest.raises(ValueError, match=r"no benchmark baseline for stack S.*pytest tests/bench"):
-        baseline_file(tmp_path, "S")
-    folder.mkdir(parents=True)
-    for name in ("0002_b.json", "0001_a.json", "notes.txt"):
-        (folder / name).write_text("{}")
-    assert baseline_file(tmp_path, "S") == folder / "0002_b.json"
-
-
-SMALL_BENCHMARK = (
-    "def test_sum(benchmark):\n    benchmark.pedantic(sum, args=(range(100),), rounds=3)\n"
-)
-
-
-@pytest.fixture
-def bench_project(pytester, monkeypatch):
-    """A project with this directory's conftest and one small benchmark."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BENCH_DIR), str(ROOT)]))
-    # Under `pytest -n`, the inner run must not take itself for an xdist worker (pytest-benchmark
-    # saves nothing from a worker).
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        monkeypatch.delenv(name, raising=False)
-    pytester.makeconftest((BENCH_DIR / "conftest.py").read_text())
-    pytester.makepyfile(test_small=SMALL_BENCHMARK)
-    return pytester
-
-
-def test_runs_are_saved_and_compared_per_stack(bench_project):
-    stack = stack_id()
-    baseline = bench_project.path / BASELINE_ROOT / stack / "baseline.json"
-    baseline.parent.mkdir(parents=True)
-    saved = bench_project.runpytest_subprocess(
-        "--benchmark-autosave", f"--benchmark-json={baseline}", "-p", "no:cacheprovider"
+def test_tox_bench_compares_with_this_stack_baseline() -> None:
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    # tox reads \{ \} as literal braces.
+    command = " ".join(
+        tox["testenv:bench"]["commands"].replace("\\{", "{").replace("\\}", "}").split()
     )
-    saved.assert_outcomes(passed=1)
-    stored = list((bench_project.path / ".benchmarks" / stack).rglob("*.json"))
-    assert len(stored) == 1, f"expected the run saved under .benchmarks/{stack}"
-
-    compared = bench_project.runpytest_subprocess(
-        "--bench-baseline", "--benchmark-compare-fail=median:1000000%", "-p", "no:cacheprovider"
-    )
-    compared.assert_outcomes(passed=1)
-    compared.stderr.fnmatch_lines([f"*Comparing against benchmarks from*{baseline}*"])
-
-
-def test_comparing_without_a_baseline_is_a_usage_error(bench_project):
-    result = bench_project.runpytest_subprocess("--bench-baseline", "-p", "no:cacheprovider")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        [f"*--bench-baseline: no benchmark baseline for stack {stack_id()}*"]
-    )
-
-
-def test_a_conftest_loaded_while_collecting_warns_when_saving(pytester, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(BENCH_DIR), str(ROOT)]))
-    # "suite" is not an initial conftest folder of a bare `pytest` (only test* ones are).
-    suite = pytester.mkdir("suite")
-    (suite / "conftest.py").write_text((BENCH_DIR / "conftest.py").read_text())
-    (suite / "test_small.py").write_text(SMALL_BENCHMARK)
-    result = pytester.runpytest_subprocess("--benchmark-autosave", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*benchmark storage is not per stack in this run*"])
-    assert not (pytester.path / ".benchmarks" / stack_id()).exists()
+    assert f"--benchmark-compare={BASELINE_PATH}" in command
+    assert "--benchmark-compare-fail=median:" in command

@@ -1,14 +1,43 @@
-"""pytest-benchmark support: machine info, the synchronizing timer, and life without it."""
+"""pytest-benchmark support: machine info, storage per stack, the synchronizing timer, and
+life without it."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
-from pytest_cudagraph.bench import gpu_machine_info, synchronizing_timer
+from pytest_cudagraph import bench
+from pytest_cudagraph.bench import (
+    STACK_PLACEHOLDER,
+    fill_stack_paths,
+    gpu_machine_info,
+    stack_id,
+    stack_id_of,
+    synchronizing_timer,
+)
+
+SMALL_BENCHMARK = """
+def test_sum(benchmark):
+    benchmark.pedantic(sum, args=(range(100),), rounds=3)
+"""
+
+
+@pytest.fixture
+def bench_pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A project with one small benchmark, run as pytest-benchmark runs it outside xdist."""
+    # Under `pytest -n` the inner run must not take itself for an xdist worker: pytest-benchmark
+    # turns itself off there.
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makepyfile(test_small=SMALL_BENCHMARK)
+    return pytester
 
 
 def test_machine_info_names_gpus_driver_torch_and_cuda(
@@ -28,6 +57,138 @@ def test_machine_info_names_gpus_driver_torch_and_cuda(
     assert {key: machine_info[key] for key in gpu_machine_info()} == gpu_machine_info()
     assert machine_info["torch"] == torch.__version__
     assert machine_info["torch_cuda"] == torch.version.cuda
+    assert machine_info["cudagraph_stack_id"] == stack_id()
+
+
+def test_stack_id_names_python_torch_cuda_and_gpu() -> None:
+    assert (
+        stack_id_of("3.12.3", "2.11.0+cu130", "13.0", "NVIDIA H200")
+        == "py3.12-torch2.11.0+cu130-cuda13.0-NVIDIA-H200"
+    )
+    assert stack_id_of("3.11.9", "2.13.0+cpu", None, None) == "py3.11-torch2.13.0+cpu-nogpu"
+    # Whatever a GPU is called, the id stays one folder name.
+    assert stack_id_of("3.10.1", "2.7.1", "12.6", "Tesla V100/SXM2 (32GB)") == (
+        "py3.10-torch2.7.1-cuda12.6-Tesla-V100-SXM2-32GB"
+    )
+
+
+def test_stack_id_is_this_process_stack() -> None:
+    python = ".".join(sys.version.split(".")[:2])
+    assert stack_id().startswith(f"py{python}-torch{torch.__version__}-")
+    assert stack_id().endswith("-nogpu") != torch.cuda.is_available()
+
+
+def never_called() -> str:
+    raise AssertionError("the stack id was computed for a run that does not need it")
+
+
+def test_paths_without_the_placeholder_are_left_alone() -> None:
+    options = {
+        "benchmark_storage": "file://./.benchmarks",
+        "benchmark_compare": "0001",
+        "benchmark_json": Path("out.json"),
+        "benchmark_autosave": "tag",
+    }
+    assert fill_stack_paths(options, never_called) == {}
+
+
+def test_storage_is_filled_only_when_the_run_saves_or_compares() -> None:
+    storage = f"file://./.benchmarks/{STACK_PLACEHOLDER}"
+    assert (
+        fill_stack_paths({"benchmark_storage": storage, "benchmark_compare": []}, never_called)
+        == {}
+    )
+    expected = {"benchmark_storage": "file://./.benchmarks/S"}
+    for used in (
+        {"benchmark_save": "name"},
+        {"benchmark_autosave": "tag"},
+        {"benchmark_compare": True},
+    ):
+        assert fill_stack_paths({"benchmark_storage": storage, **used}, lambda: "S") == expected
+
+
+def test_compare_and_json_paths_are_filled(tmp_path: Path) -> None:
+    baseline = tmp_path / "S" / "baseline.json"
+    baseline.parent.mkdir()
+    baseline.write_text("{}")
+    options = {
+        "benchmark_compare": str(tmp_path / STACK_PLACEHOLDER / "baseline.json"),
+        "benchmark_json": tmp_path / "out" / STACK_PLACEHOLDER / "run.json",
+    }
+    assert fill_stack_paths(options, lambda: "S") == {
+        "benchmark_compare": str(baseline),
+        "benchmark_json": tmp_path / "out" / "S" / "run.json",
+    }
+
+
+def test_a_missing_compare_file_says_how_to_record_it(tmp_path: Path) -> None:
+    compare = str(tmp_path / STACK_PLACEHOLDER / "baseline.json")
+    with pytest.raises(
+        ValueError, match=r"no benchmark file .*S.baseline\.json for this stack.*--benchmark-json="
+    ):
+        fill_stack_paths({"benchmark_compare": compare}, lambda: "S")
+
+
+def test_runs_are_saved_and_compared_per_stack(bench_pytester: pytest.Pytester) -> None:
+    stack = stack_id()
+    storage = f"--benchmark-storage=file://./.benchmarks/{STACK_PLACEHOLDER}"
+    baseline = f"benchmarks/{STACK_PLACEHOLDER}/baseline.json"
+    saved = bench_pytester.runpytest_inprocess(
+        storage, "--benchmark-autosave", f"--benchmark-json={baseline}"
+    )
+    saved.assert_outcomes(passed=1)
+    saved.stdout.fnmatch_lines([f"cudagraph: benchmarks of stack {stack}"])
+    stored = list((bench_pytester.path / ".benchmarks" / stack).rglob("*.json"))
+    assert len(stored) == 1, f"expected the run saved under .benchmarks/{stack}"
+    recorded = bench_pytester.path / "benchmarks" / stack / "baseline.json"
+    assert json.loads(recorded.read_text())["machine_info"]["cudagraph_stack_id"] == stack
+
+    compared = bench_pytester.runpytest_inprocess(
+        storage, f"--benchmark-compare={baseline}", "--benchmark-compare-fail=median:1000000%"
+    )
+    compared.assert_outcomes(passed=1)
+    compared.stderr.fnmatch_lines([f"*Comparing against benchmarks from*{recorded.name}*"])
+
+
+def test_comparing_without_a_baseline_is_a_usage_error(bench_pytester: pytest.Pytester) -> None:
+    result = bench_pytester.runpytest_inprocess(
+        f"--benchmark-compare=benchmarks/{STACK_PLACEHOLDER}/baseline.json"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"*--benchmark-compare: no benchmark file benchmarks/{stack_id()}/baseline.json*"]
+    )
+
+
+def test_a_run_that_saves_nothing_never_asks_for_the_stack(
+    bench_pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench, "stack_id", never_called)
+    result = bench_pytester.runpytest_inprocess(
+        f"--benchmark-storage=file://./.benchmarks/{STACK_PLACEHOLDER}", "--benchmark-disable"
+    )
+    result.assert_outcomes(passed=1)
+    assert "cudagraph: benchmarks of stack" not in result.stdout.str()
+
+
+def test_filling_in_after_pytest_benchmark_started_is_refused(
+    bench_pytester: pytest.Pytester,
+) -> None:
+    config = bench_pytester.parseconfigure()
+    assert config.pluginmanager.has_plugin("pytest-benchmark")
+    config.option.benchmark_json = Path(f"out/{STACK_PLACEHOLDER}.json")
+    with pytest.raises(pytest.UsageError, match="pytest-benchmark's session started before"):
+        bench.BenchmarkHooks().pytest_configure(config)
+
+
+def test_the_module_imports_neither_torch_nor_nvml() -> None:
+    code = (
+        "import sys, pytest_cudagraph.bench; print(sorted({'torch', 'pynvml'} & set(sys.modules)))"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ
+    )
+    assert shown.stdout.strip() == "[]"
 
 
 def test_cuda_benchmark_is_benchmark_with_the_device_timer(cpu_pytester: pytest.Pytester) -> None:
