@@ -255,7 +255,9 @@ def load_factory(
         return load_factory(installed[spec], search_paths)
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise TargetError(spec, "must be a name or 'module:factory', e.g. 'mypkg.graphs:make_target'")
+        raise TargetError(
+            spec, "must be a name or 'module:factory', e.g. 'mypkg.graphs:make_target'"
+        )
     found: Any = _import(spec, module_name, search_paths)
     for part in attribute.split("."):
         if not hasattr(found, part):

@@ -61,7 +61,9 @@ def case_in_key(target: CudaGraphTarget, key_index: int, repeat: int) -> int:
     return key_index + repeat * target.num_keys
 
 
-def differences(expected: object, actual: object, tolerance: Tolerance = BIT_IDENTICAL) -> list[str]:
+def differences(
+    expected: object, actual: object, tolerance: Tolerance = BIT_IDENTICAL
+) -> list[str]:
     """Each difference between two outputs beyond ``tolerance`` (default: any bit), described."""
     found = compare_outputs(expected, actual, atol=tolerance.atol, rtol=tolerance.rtol)
     return [mismatch.describe() for mismatch in found]
@@ -147,9 +149,7 @@ def binding_probe(spec: str | None, cases: Sequence[int]) -> dict[str, Any]:
             inputs = draw(target, case, seed)
             keys.add(target.key_of(inputs))
             try:
-                found = differences(
-                    target.eager(inputs), target.graphed(inputs), target.tolerance
-                )
+                found = differences(target.eager(inputs), target.graphed(inputs), target.tolerance)
             except Exception as error:  # report it with what NVML saw, not instead of it
                 found = [f"{type(error).__name__}: {error}"]
             problems += [f"case {case} ({attempt}): {difference}" for difference in found]

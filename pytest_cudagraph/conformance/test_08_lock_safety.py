@@ -58,9 +58,13 @@ def test_lock_safety(
                 )
         expected = target.eager(inputs)
         if returned is not None:  # the target recovered by itself; it must still be right
-            problems += [f"{stage}: recovered call: {d}" for d in differences(expected, returned, target.tolerance)]
+            problems += [
+                f"{stage}: recovered call: {d}"
+                for d in differences(expected, returned, target.tolerance)
+            ]
         problems += [
-            f"{stage}: next call: {d}" for d in differences(expected, target.graphed(inputs), target.tolerance)
+            f"{stage}: next call: {d}"
+            for d in differences(expected, target.graphed(inputs), target.tolerance)
         ]
     stages = ", ".join(target.fault_points)
     checked = "lock, entries, next call" if target.cached_keys else "lock, next call"
