@@ -197,8 +197,10 @@ def graphed_callables(
         with lock, torch.no_grad(), _on(device):
             key = input_shapes(inputs)
             if key not in graphs:
+                # A plain function, not the module: given a module, make_graphed_callables
+                # replaces its forward, and eager would then run a graph too.
                 graphs[key] = torch.cuda.make_graphed_callables(
-                    module, args, num_warmup_iters=num_warmup_iters
+                    lambda *args: module(*args), args, num_warmup_iters=num_warmup_iters
                 )
             outputs = graphs[key](*args)
             return _cloned(outputs) if copy_outputs else outputs
