@@ -102,12 +102,13 @@ class EncoderGraphCache:
         return entry.out.clone()
 
     def release(self, entry: Entry) -> None:
+        """Free a graph and its memory pool (empty_cache gives the pool back to the driver)."""
         torch.cuda.synchronize(self.device)
         entry.graph.reset()
         entry.graph = entry.out = None
+        torch.cuda.empty_cache()
 
     def clear(self) -> None:
         with self.lock:
             while self.graphs:
                 self.release(self.graphs.popitem()[1])
-            torch.cuda.empty_cache()
