@@ -219,7 +219,8 @@ def session_target(request: pytest.FixtureRequest) -> CudaGraphTarget:
     ``cuda_device``), or on the CPU where CUDA is missing, for the checks that need no GPU.
 
     A target that cannot be built fails the first check with one short message and stops the
-    run there (also under xdist), rather than failing every check with the same traceback."""
+    run there (under xdist, each worker's run), rather than failing every check with the same
+    traceback."""
     import torch
 
     if torch.cuda.is_available():
@@ -277,7 +278,7 @@ def _import(spec: str, module_name: str, search_paths: Sequence[Path]) -> Any:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         raise TargetError(spec, f"cannot import module {module_name!r}: {error}") from None
-    except BaseException as error:  # whatever the module raises while it runs
+    except (Exception, SystemExit) as error:  # whatever the module raises while it runs
         raise TargetError(
             spec, f"importing {module_name!r} failed: {type(error).__name__}: {_first_line(error)}"
         ) from None

@@ -106,11 +106,13 @@ def test_a_target_that_cannot_be_built_is_reported_once_and_no_check_runs(
     result = run_on_cpu("--cudagraph-target", "unbuildable:make", *workers)
     assert result.ret in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED)
     outcomes = result.parseoutcomes()
-    assert outcomes.get("errors", outcomes.get("error")) == 1
+    errors = outcomes.get("errors", outcomes.get("error"))
+    # Once per test process: each xdist worker builds its own target.
+    assert errors == 1 or (workers and errors == 2), result.stdout.str()
     assert "passed" not in outcomes and "failed" not in outcomes
     message = f"conformance target 'unbuildable:make': {problem}"
     error_lines = [line for line in result.stdout.lines if line == message]
-    assert len(error_lines) == 1, result.stdout.str()
+    assert len(error_lines) == errors, result.stdout.str()
     assert "Traceback" not in result.stdout.str()
     assert "INTERNALERROR" not in result.stdout.str()
 
