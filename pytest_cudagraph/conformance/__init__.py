@@ -5,6 +5,6 @@ Run it against the one installed target, one chosen by name, or your own (see
 pytest_cudagraph.target and pytest_cudagraph.adapters)::
 
     pytest --pyargs pytest_cudagraph.conformance
-    pytest --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn
+    pytest --pyargs pytest_cudagraph.conformance --cudagraph-target NAME
     pytest --pyargs pytest_cudagraph.conformance --cudagraph-target mypkg.graphs:make_target
 """
