@@ -1,39 +1,50 @@
 """The conformance suite's view of a CUDA-graph cache: a small adapter a user writes once.
 
-A target is built by a factory named ``module:factory`` (option ``--cudagraph-target``, ini key
-``cudagraph_target``, env var ``PYTEST_CUDAGRAPH_TARGET``; default the bundled reference,
-``reasyn_ref.conformance:make_target``). The factory is called once per test session with the
-torch.device the process is bound to (the CPU when CUDA is missing, so that the checks that
-need no GPU still run) and returns a ``CudaGraphTarget``.
+A target is built by a factory, chosen by ``--cudagraph-target`` (env PYTEST_CUDAGRAPH_TARGET,
+ini ``cudagraph_target``) as either an installed name (entry-point group
+``pytest_cudagraph.targets``; ``python -m pytest_cudagraph.target`` lists them) or
+``module:factory``. With none chosen, the one installed target is the default. The module of a
+``module:factory`` imports as a test module would: from the rootdir and ``pythonpath`` too.
+
+The factory is called once per test session with the torch.device the process is bound to (the
+CPU when CUDA is missing, so that the checks that need no GPU still run) and returns a
+``CudaGraphTarget``: a small core (device, eager, graphed, make_inputs, key_of, num_keys) and
+optional capabilities; a check whose capability is missing skips, naming it.
 
 Cases. ``make_inputs(generator, case)`` maps an int ``case`` to one call's inputs: a dict of
 name -> value (tensors, and plain values such as a row count). The case fixes the graph key:
 case ``c`` lands in key number ``c % num_keys``, so cases ``k, k + num_keys, ...`` share a key.
-Everything else (shapes inside the key's bucket, values, the memory/context tensors) comes from
-the generator. Two draws of one case with different generators must be interchangeable input
-by input: the no-baked-inputs check swaps one tensor at a time between them.
+Everything else (shapes inside the key's bucket, values) comes from the generator. Two draws of
+one case must be interchangeable input by input: the no-baked-inputs check swaps one tensor at
+a time between them.
 
-A spec that cannot be loaded, a factory that fails or returns something else, and a target with
-a required field missing or malformed are usage errors that name the spec and the problem.
+This module imports torch only when a target is built, so that the plugin costs nothing when
+the suite does not run.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import importlib.util
+import sys
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
-import torch
 
 from pytest_cudagraph import settings
 
-DEFAULT_TARGET = "reasyn_ref.conformance:make_target"
+if TYPE_CHECKING:
+    import torch
+
+ENTRY_POINT_GROUP = "pytest_cudagraph.targets"
 TARGET = settings.Setting(
     "target",
-    "conformance target factory, as module:factory",
-    default=DEFAULT_TARGET,
+    "conformance target: an installed name (python -m pytest_cudagraph.target lists them) or "
+    "module:factory (default: the one installed target)",
 )
 
 # The stages a fault is injected into by the lock-safety check; a target may name more.
@@ -50,21 +61,46 @@ class LockLike(Protocol):
     def release(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a graphed output may be from eager: ``|a - b| <= atol + rtol * |b|``.
+    The default, both 0, is bit-identical."""
+
+    atol: float = 0.0
+    rtol: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("atol", "rtol"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"Tolerance.{name} must be a number >= 0, got {value!r}")
+
+    def describe(self) -> str:
+        if self.atol == 0 and self.rtol == 0:
+            return "bit-identical"
+        return f"atol {self.atol:g}, rtol {self.rtol:g}"
+
+
+BIT_IDENTICAL = Tolerance()
+
+
 @dataclass(kw_only=True)
 class CudaGraphTarget:
     """What the conformance checks need to know about a graph cache and its eager twin.
 
-    Required:
+    The core (required):
       device: where the graphs live (the device the factory was called with).
       eager(inputs) -> outputs: the reference computation.
-      graphed(inputs) -> outputs: the cached-graph path; must equal eager bit for bit.
+      graphed(inputs) -> outputs: the graphed path; equal to eager within ``tolerance``.
         Outputs are tensors, or tuples, lists and dicts of them.
       make_inputs(generator, case) -> inputs: see the module docstring.
       key_of(inputs) -> hashable: the graph key those inputs land in.
       num_keys: how many keys the cases cycle through (at least 4; the memory check uses 40).
-      reset(): drop every graph and buffer, in place (the objects named below stay valid).
 
-    Optional (None: the checks that need it skip, naming the field):
+    Capabilities (optional; None: the checks that need one skip, naming it):
+      tolerance: how close graphed must be to eager (default bit-identical; shown in the table).
+      reset(): drop every graph and buffer, in place (the objects named below stay valid);
+        called before each check.
       lock: the cache's lock (see LockLike).
       cached_keys() -> the keys now cached, to prove that a failed call left no entry.
       fault_points: stage -> (object, method name) for at least warm_up, capture and replay;
@@ -73,10 +109,11 @@ class CudaGraphTarget:
       largest_case: a case landing in the key whose graph takes the most memory.
       capture_clean_forward(): one eager forward of the largest key on the device. It is called
         once before the checked call, so first-use setup (drawing its inputs) is not judged.
-      sampler(seed) -> tokens: sampling that turns graphs on or off as the environment variable
-        ``graphs_toggle`` (e.g. REASYN_CUDAGRAPH) says; give both or neither.
+      sampler(seed, graphs) -> tokens: sampling under ``seed`` with graphs on or off.
       unsupported_modes: name -> (zero-arg callable, regex): the call must raise a
         ValueError, TypeError or RuntimeError whose message matches the regex.
+      graph_skips() -> reasons: every time the graphed path ran without its graph so far (a
+        skipped capture, a re-recording past the limit), one reason each.
       run_workers(workers_per_gpu, graphs) -> (results, eager answers): runs jobs through
         spawned worker processes sharing this device's lock, and the same jobs eagerly in
         this process; with graphs on and two workers per GPU it must raise ValueError before
@@ -89,16 +126,17 @@ class CudaGraphTarget:
     make_inputs: Callable[[torch.Generator, int], Inputs]
     key_of: Callable[[Inputs], Hashable]
     num_keys: int
-    reset: Callable[[], None]
+    tolerance: Tolerance = BIT_IDENTICAL
+    reset: Callable[[], None] | None = None
     lock: LockLike | None = None
     cached_keys: Callable[[], Sequence[Hashable]] | None = None
     fault_points: Mapping[str, tuple[object, str]] | None = None
     capacity: int | None = None
     largest_case: int | None = None
     capture_clean_forward: Callable[[], Any] | None = None
-    sampler: Callable[[int], Any] | None = None
-    graphs_toggle: str | None = None
+    sampler: Callable[[int, bool], Any] | None = None
     unsupported_modes: Mapping[str, tuple[Callable[[], Any], str]] | None = None
+    graph_skips: Callable[[], Sequence[str]] | None = None
     run_workers: Callable[[int, bool], tuple[Sequence[Any], Sequence[Any]]] | None = None
 
 
@@ -112,6 +150,7 @@ CALLABLE_FIELDS = (
     "cached_keys",
     "capture_clean_forward",
     "sampler",
+    "graph_skips",
     "run_workers",
 )
 
@@ -119,42 +158,108 @@ CALLABLE_FIELDS = (
 class TargetError(pytest.UsageError):
     """A conformance target that cannot be loaded or does not follow the protocol."""
 
-    def __init__(self, spec: str, problem: str) -> None:
-        super().__init__(f"conformance target {spec!r}: {problem}")
+    def __init__(self, spec: str | None, problem: str) -> None:
+        subject = f"conformance target {spec!r}" if spec else "conformance target"
+        super().__init__(f"{subject}: {problem}")
 
 
-def target_spec(config: pytest.Config) -> str:
-    """The spec in force: ``--cudagraph-target`` > PYTEST_CUDAGRAPH_TARGET > ini > default.
+# Choosing the target
 
-    A spec given explicitly is loaded now, so that a bad one is a usage error before the run;
-    the default is only loaded when the suite builds it.
+
+def installed_targets() -> dict[str, str]:
+    """Installed target name -> its ``module:factory`` (entry-point group
+    ``pytest_cudagraph.targets``)."""
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return {entry.name: entry.value for entry in sorted(found, key=lambda entry: entry.name)}
+
+
+def target_spec(config: pytest.Config) -> str | None:
+    """The spec chosen by ``--cudagraph-target`` > PYTEST_CUDAGRAPH_TARGET > ini, or None.
+
+    A chosen spec is loaded now, so that a bad one is a usage error before the run; with none
+    chosen nothing is looked up until the suite builds its target (``resolve_spec``).
     """
-    resolved = settings.resolve(config, TARGET)
-    spec = str(resolved.value)
-    if resolved.source != "default":
-        load_factory(spec)
+    chosen = settings.resolve(config, TARGET).value
+    if chosen is None:
+        return None
+    spec = str(chosen)
+    load_factory(spec, search_paths=(config.rootpath, config.invocation_params.dir))
     return spec
+
+
+def resolve_spec(spec: str | None) -> str:
+    """``spec`` itself, or with none chosen the name of the one installed target."""
+    if spec is not None:
+        return spec
+    names = sorted(installed_targets())
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise TargetError(
+            None,
+            "none chosen and none installed; give --cudagraph-target module:factory",
+        )
+    raise TargetError(
+        None,
+        f"none chosen and {len(names)} installed ({', '.join(names)}); "
+        "choose one with --cudagraph-target NAME",
+    )
+
+
+def describe_spec(spec: str | None) -> str:
+    """The target for titles: the spec, or the default it stands for (without failing)."""
+    try:
+        return resolve_spec(spec)
+    except TargetError:
+        return "no target chosen"
 
 
 def session_target(request: pytest.FixtureRequest) -> CudaGraphTarget:
     """The target for this test process: on its bound CUDA device (the plugin's
-    ``cuda_device``), or on the CPU where CUDA is missing, for the checks that need no GPU."""
+    ``cuda_device``), or on the CPU where CUDA is missing, for the checks that need no GPU.
+
+    A target that cannot be built fails the first check with one short message and stops the
+    run there (under xdist, each worker's run), rather than failing every check with the same
+    traceback."""
+    import torch
+
     if torch.cuda.is_available():
         device = request.getfixturevalue("cuda_device")
     else:
         device = torch.device("cpu")
-    return build_target(target_spec(request.config), device)
-
-
-def load_factory(spec: str) -> Callable[[torch.device], CudaGraphTarget]:
-    """The factory a ``module:factory`` spec names (the factory may be a dotted attribute)."""
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise TargetError(spec, "must be 'module:factory', e.g. 'mypkg.graphs:make_target'")
     try:
-        found: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TargetError(spec, f"cannot import module {module_name!r}: {exc}") from exc
+        return build_target(target_spec(request.config), device)
+    except TargetError as error:
+        problem = str(error)
+    request.session.shouldfail = problem
+    pytest.fail(problem, pytrace=False)
+
+
+# Loading
+
+
+def load_factory(
+    spec: str, search_paths: Sequence[Path] = ()
+) -> Callable[[torch.device], CudaGraphTarget]:
+    """The factory an installed name or a ``module:factory`` spec names (the factory may be a
+    dotted attribute). A module not found on sys.path is looked for in ``search_paths`` (the
+    rootdir, the invocation folder), which then join sys.path as they do for test modules."""
+    if ":" not in spec:
+        installed = installed_targets()
+        if spec not in installed:
+            names = ", ".join(installed) or "none"
+            raise TargetError(
+                spec,
+                f"no installed target of that name (installed: {names}); "
+                "or give module:factory, e.g. 'mypkg.graphs:make_target'",
+            )
+        return load_factory(installed[spec], search_paths)
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise TargetError(
+            spec, "must be a name or 'module:factory', e.g. 'mypkg.graphs:make_target'"
+        )
+    found: Any = _import(spec, module_name, search_paths)
     for part in attribute.split("."):
         if not hasattr(found, part):
             raise TargetError(spec, f"{module_name} has no attribute {attribute!r}")
@@ -164,28 +269,60 @@ def load_factory(spec: str) -> Callable[[torch.device], CudaGraphTarget]:
     return found
 
 
-def build_target(spec: str, device: torch.device) -> CudaGraphTarget:
-    """Load the factory, build the target for ``device`` and validate it."""
+def _import(spec: str, module_name: str, search_paths: Sequence[Path]) -> Any:
+    top = module_name.partition(".")[0]
+    if top not in sys.modules and importlib.util.find_spec(top) is None:
+        holders = [path for path in search_paths if _holds_module(path, top)]
+        sys.path.extend(str(path) for path in holders if str(path) not in sys.path)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise TargetError(spec, f"cannot import module {module_name!r}: {error}") from None
+    except (Exception, SystemExit) as error:  # whatever the module raises while it runs
+        raise TargetError(
+            spec, f"importing {module_name!r} failed: {type(error).__name__}: {_first_line(error)}"
+        ) from None
+
+
+def _holds_module(folder: Path, name: str) -> bool:
+    return (folder / name).is_dir() or (folder / f"{name}.py").is_file()
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [""])[0]
+
+
+def build_target(spec: str | None, device: torch.device) -> CudaGraphTarget:
+    """Load the factory (``spec`` None: the one installed), build the target for ``device``
+    and validate it."""
+    spec = resolve_spec(spec)
     factory = load_factory(spec)
     try:
         target = factory(device)
-    except Exception as exc:
-        raise TargetError(spec, f"factory failed: {type(exc).__name__}: {exc}") from exc
+    except Exception as error:
+        raise TargetError(
+            spec, f"the factory raised {type(error).__name__}: {_first_line(error)}"
+        ) from None
     validate_target(spec, target, device)
     return target
 
 
+# Validation
+
+
 def validate_target(spec: str, target: object, device: torch.device) -> None:
-    """Every required field present and well-formed; optional fields well-formed when given."""
+    """Every core field present and well-formed; capabilities well-formed when given."""
+    import torch
+
     if not isinstance(target, CudaGraphTarget):
         raise TargetError(
             spec,
-            f"factory returned {type(target).__name__}; expected a "
+            f"the factory returned {type(target).__name__}; expected a "
             "pytest_cudagraph.target.CudaGraphTarget",
         )
     missing = [name for name in REQUIRED_FIELDS if getattr(target, name) is None]
     if missing:
-        raise TargetError(spec, f"required field(s) missing: {', '.join(missing)}")
+        raise TargetError(spec, f"core field(s) missing: {', '.join(missing)}")
     if not isinstance(target.device, torch.device) or target.device != device:
         raise TargetError(spec, f"device is {target.device!r}; the factory was asked for {device}")
     for name in CALLABLE_FIELDS:
@@ -193,6 +330,12 @@ def validate_target(spec: str, target: object, device: torch.device) -> None:
         if value is not None and not callable(value):
             raise TargetError(spec, f"{name} must be callable, got {type(value).__name__}")
     _check_int(spec, "num_keys", target.num_keys, low=4)
+    if not isinstance(target.tolerance, Tolerance):
+        raise TargetError(
+            spec,
+            f"tolerance must be a pytest_cudagraph.target.Tolerance, got "
+            f"{type(target.tolerance).__name__}",
+        )
     if target.capacity is not None:
         _check_int(spec, "capacity", target.capacity, low=1)
     if target.largest_case is not None:
@@ -202,12 +345,6 @@ def validate_target(spec: str, target: object, device: torch.device) -> None:
         and callable(getattr(target.lock, "release", None))
     ):
         raise TargetError(spec, "lock must have acquire() and release()")
-    if (target.sampler is None) != (target.graphs_toggle is None):
-        raise TargetError(spec, "sampler and graphs_toggle must be given together")
-    if target.graphs_toggle is not None and not (
-        isinstance(target.graphs_toggle, str) and target.graphs_toggle
-    ):
-        raise TargetError(spec, "graphs_toggle must be an environment variable name")
     if target.fault_points is not None:
         _check_fault_points(spec, target.fault_points)
     if target.unsupported_modes is not None:
@@ -261,4 +398,17 @@ def missing_field_reason(target: CudaGraphTarget, *names: str) -> str | None:
     missing = [name for name in names if getattr(target, name) is None]
     if not missing:
         return None
-    return f"target does not provide {', '.join(missing)} (optional CudaGraphTarget field)"
+    return f"the target does not give {', '.join(missing)} (an optional capability)"
+
+
+def main() -> None:
+    """``python -m pytest_cudagraph.target``: the installed targets, one per line."""
+    installed = installed_targets()
+    if not installed:
+        print(f"no conformance targets installed (entry-point group {ENTRY_POINT_GROUP})")
+    for name, value in installed.items():
+        print(f"{name}  {value}")
+
+
+if __name__ == "__main__":
+    main()

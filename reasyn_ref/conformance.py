@@ -85,7 +85,6 @@ class ReferenceTarget:
             num_keys=NUM_KEYS,
             reset=self.reset,
             sampler=self.sample,
-            graphs_toggle="REASYN_CUDAGRAPH",
             unsupported_modes=self.unsupported_modes(),
             run_workers=self.run_workers,
         )
@@ -189,10 +188,10 @@ class ReferenceTarget:
             self._largest_inputs = self.make_inputs(generator, LARGEST_CASE)
         return self.eager(self._largest_inputs)
 
-    def sample(self, seed: int) -> list[list[int]]:
-        """Sampled tokens for fixed prefixes and memory under ``seed``; graphs on or off as
-        REASYN_CUDAGRAPH says (the sampler reads it)."""
-        sampler = ARSampler(self.decoder, bf16=True, batched=True, bucket=True)
+    def sample(self, seed: int, graphs: bool) -> list[list[int]]:
+        """Sampled tokens for fixed prefixes and memory under ``seed``, graphs on or off (the
+        sampler's own switch, which REASYN_CUDAGRAPH sets when it is not given)."""
+        sampler = ARSampler(self.decoder, bf16=True, batched=True, bucket=True, cudagraph=graphs)
         memory, padding = self.target_memory()
         memory, padding = memory.to(self.device), padding.to(self.device)
         generator = torch.Generator(self.device).manual_seed(seed)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pytest
 
 from pytest_cudagraph import report as reports
+from pytest_cudagraph.target import describe_spec
 
 PACKAGE_PATH = "pytest_cudagraph/conformance/"
 FIGURE_PROPERTY = reports.RECORD_PREFIX + "conformance"
@@ -39,8 +40,9 @@ def check_name(location: tuple[str, int | None, str]) -> str | None:
     return function.removeprefix("test_").replace("_", " ")
 
 
-def register(config: pytest.Config, target_spec: str) -> None:
-    """Collect conformance rows in this process and add the table to the "cudagraph" summary."""
+def register(config: pytest.Config, target_spec: str | None) -> None:
+    """Collect conformance rows in this process and add the table to the "cudagraph" summary.
+    ``target_spec`` None: the default target, looked up only if the table is shown."""
     summary = ConformanceSummary(target_spec)
     config.pluginmanager.register(summary, "cudagraph-conformance-summary")
     reports.add_summary_renderer(config, summary.lines)
@@ -49,7 +51,7 @@ def register(config: pytest.Config, target_spec: str) -> None:
 class ConformanceSummary:
     """Collects the rows from reports (a pytest plugin object) and renders the table."""
 
-    def __init__(self, target_spec: str) -> None:
+    def __init__(self, target_spec: str | None) -> None:
         self.target_spec = target_spec
         self.rows: dict[str, CheckRow] = {}
 
@@ -80,7 +82,8 @@ class ConformanceSummary:
         rows = [self.rows[key] for key in sorted(self.rows)]
         counts = Counter("failed" if row.verdict in FAILED else row.verdict for row in rows)
         tally = ", ".join(f"{count} {verdict}" for verdict, count in sorted(counts.items()))
-        return [f"conformance of {self.target_spec} ({tally}):", *format_table(rows)]
+        title = f"conformance of {describe_spec(self.target_spec)} ({tally}):"
+        return [title, *format_table(rows)]
 
 
 def format_table(rows: list[CheckRow]) -> list[str]:

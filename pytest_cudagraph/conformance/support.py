@@ -16,7 +16,14 @@ from pytest_cudagraph import devices
 from pytest_cudagraph.faults import FaultInjector
 from pytest_cudagraph.parity import compare_outputs
 from pytest_cudagraph.plugin import NEEDS_CUDA
-from pytest_cudagraph.target import CudaGraphTarget, Inputs, build_target, missing_field_reason
+from pytest_cudagraph.target import (
+    BIT_IDENTICAL,
+    CudaGraphTarget,
+    Inputs,
+    Tolerance,
+    build_target,
+    missing_field_reason,
+)
 
 MiB = devices.MiB
 DEFAULT_POOL = (0, 0)  # the caching allocator's own pool; graphs get private ones
@@ -54,9 +61,12 @@ def case_in_key(target: CudaGraphTarget, key_index: int, repeat: int) -> int:
     return key_index + repeat * target.num_keys
 
 
-def differences(expected: object, actual: object) -> list[str]:
-    """Each bitwise difference between two outputs, described."""
-    return [mismatch.describe() for mismatch in compare_outputs(expected, actual)]
+def differences(
+    expected: object, actual: object, tolerance: Tolerance = BIT_IDENTICAL
+) -> list[str]:
+    """Each difference between two outputs beyond ``tolerance`` (default: any bit), described."""
+    found = compare_outputs(expected, actual, atol=tolerance.atol, rtol=tolerance.rtol)
+    return [mismatch.describe() for mismatch in found]
 
 
 def tensors_in(value: object) -> list[torch.Tensor]:
@@ -123,7 +133,7 @@ def _child_main(sender: Any, function: Callable[..., Any], args: tuple[object, .
         sender.send((False, traceback.format_exc()))
 
 
-def binding_probe(spec: str, cases: Sequence[int]) -> dict[str, Any]:
+def binding_probe(spec: str | None, cases: Sequence[int]) -> dict[str, Any]:
     """Run in a fresh process, where cuda:0 is current and nothing has touched it yet: build the
     target on cuda:1, call each case's graphed path twice (capture, then replay with new
     inputs) against eager, and report what happened on cuda:0 (NVML: is this process there?)."""
@@ -139,7 +149,7 @@ def binding_probe(spec: str, cases: Sequence[int]) -> dict[str, Any]:
             inputs = draw(target, case, seed)
             keys.add(target.key_of(inputs))
             try:
-                found = differences(target.eager(inputs), target.graphed(inputs))
+                found = differences(target.eager(inputs), target.graphed(inputs), target.tolerance)
             except Exception as error:  # report it with what NVML saw, not instead of it
                 found = [f"{type(error).__name__}: {error}"]
             problems += [f"case {case} ({attempt}): {difference}" for difference in found]

@@ -1,43 +1,32 @@
-"""Identical sampling: with the same seed, sampling with graphs off and with graphs on (the
-target's environment toggle at 0 and at 1) draws identical tokens."""
+"""Identical sampling: the target's sampler draws the same tokens with graphs off and on, seed
+for seed (``sampler(seed, graphs)``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
 import torch
 
 from pytest_cudagraph.conformance.support import needs_cuda, skip_without
-from pytest_cudagraph.parity import ParityChecker
+from pytest_cudagraph.parity import compare_outputs
 from pytest_cudagraph.target import CudaGraphTarget
 
 SEEDS = (0, 1)
 
 
 @needs_cuda
-@pytest.mark.cuda_graph_parity
-def test_identical_sampling(
-    target: CudaGraphTarget, graph_parity: ParityChecker, record_figure: Callable[[str], None]
-) -> None:
+def test_identical_sampling(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
     skip_without(target, "sampler")
-    drawn: list[object] = []
-
-    def sample_every_seed() -> None:
-        for seed in SEEDS:
-            tokens = target.sampler(seed)
-            graph_parity.record(f"seed {seed}", tokens)
-            drawn.append(tokens)
-
-    toggle = target.graphs_toggle
-    try:
-        # The toggle form of cuda_graph_parity, with the toggle the target names.
-        graph_parity.run_toggled(sample_every_seed, toggle)
-    finally:
-        record_figure(
-            f"{toggle}=0 vs =1, seeds {', '.join(map(str, SEEDS))}: "
-            f"{_count_tokens(drawn[: len(SEEDS)])} tokens per side"
-        )
+    off = {seed: target.sampler(seed, False) for seed in SEEDS}
+    on = {seed: target.sampler(seed, True) for seed in SEEDS}
+    record_figure(
+        f"graphs off vs on, seeds {', '.join(map(str, SEEDS))}: "
+        f"{_count_tokens(list(off.values()))} tokens per side"
+    )
+    mismatches = compare_outputs(off, on, path="seed", sides=("graphs off", "graphs on"))
+    assert not mismatches, "sampled tokens differ:\n" + "\n".join(
+        mismatch.describe() for mismatch in mismatches
+    )
 
 
 def _count_tokens(value: object) -> int:

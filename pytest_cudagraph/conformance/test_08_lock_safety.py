@@ -30,7 +30,7 @@ def test_lock_safety(
     fault_injector: FaultInjector,
     record_figure: Callable[[str], None],
 ) -> None:
-    skip_without(target, "fault_points", "lock")
+    skip_without(target, "fault_points", "lock", "reset")
     problems = []
     for case, (stage, (owner, method)) in enumerate(target.fault_points.items()):
         target.reset()
@@ -58,9 +58,13 @@ def test_lock_safety(
                 )
         expected = target.eager(inputs)
         if returned is not None:  # the target recovered by itself; it must still be right
-            problems += [f"{stage}: recovered call: {d}" for d in differences(expected, returned)]
+            problems += [
+                f"{stage}: recovered call: {d}"
+                for d in differences(expected, returned, target.tolerance)
+            ]
         problems += [
-            f"{stage}: next call: {d}" for d in differences(expected, target.graphed(inputs))
+            f"{stage}: next call: {d}"
+            for d in differences(expected, target.graphed(inputs), target.tolerance)
         ]
     stages = ", ".join(target.fault_points)
     checked = "lock, entries, next call" if target.cached_keys else "lock, next call"

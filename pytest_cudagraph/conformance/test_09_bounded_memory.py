@@ -25,7 +25,7 @@ def test_bounded_memory(
     device_memory: DeviceMemoryProbe,
     record_figure: Callable[[str], None],
 ) -> None:
-    skip_without(target, "capacity", "largest_case")
+    skip_without(target, "capacity", "largest_case", "reset")
     if target.num_keys < SHAPES:
         pytest.skip(f"target.num_keys is {target.num_keys}; this check needs {SHAPES} keys")
     start = device_memory.sample().process_bytes

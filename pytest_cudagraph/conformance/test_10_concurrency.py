@@ -55,7 +55,10 @@ def test_concurrency(target: CudaGraphTarget, record_figure: Callable[[str], Non
         # A thread that raised has fewer results; its error is listed already.
         pairs = zip(expected[thread], results[thread], strict=False)
         for call, (want, got) in enumerate(pairs):
-            problems += [f"thread {thread} call {call}: {d}" for d in differences(want, got)]
+            problems += [
+                f"thread {thread} call {call}: {d}"
+                for d in differences(want, got, target.tolerance)
+            ]
     calls = THREADS * CALLS_PER_THREAD
     record_figure(
         f"{THREADS} threads x {CALLS_PER_THREAD} calls over {key_count} keys in {seconds:.1f} s"

@@ -30,6 +30,7 @@ GPU_CHECKS = {
     "bounded memory",
     "concurrency",
     "worker processes",
+    "graphs not skipped",
 }
 NO_CUDA = "needs CUDA: torch.cuda.is_available() is False"
 
@@ -55,7 +56,7 @@ def test_cpu_checks_pass_and_gpu_checks_skip_saying_why(
     }
     result.stdout.fnmatch_lines(
         [
-            "conformance of reasyn_ref.conformance:make_target (3 passed, 10 skipped):",
+            "conformance of reasyn (3 passed, 11 skipped):",
             f"  parity * skipped * -  {NO_CUDA}",
             "  guards * passed * 4 of 4 unsupported modes refused clearly",
             "  worker refusal * passed * graphs with 2 workers per GPU refused: *",
@@ -79,19 +80,54 @@ def test_a_bad_spec_stops_the_run_before_it_starts(
     )
 
 
-def test_a_factory_returning_the_wrong_type_fails_every_check_with_one_clear_error(
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+@pytest.mark.parametrize(
+    ("factory", "problem"),
+    [
+        (
+            "def make(device):\n    raise RuntimeError('no weights here')\n",
+            "the factory raised RuntimeError: no weights here",
+        ),
+        (
+            "def make(device):\n    return {'device': device}\n",
+            "the factory returned dict; expected a pytest_cudagraph.target.CudaGraphTarget",
+        ),
+    ],
+    ids=["raises", "wrong type"],
+)
+def test_a_target_that_cannot_be_built_is_reported_once_and_no_check_runs(
+    run_on_cpu: Callable[..., pytest.RunResult],
+    pytester: pytest.Pytester,
+    workers: list[str],
+    factory: str,
+    problem: str,
+) -> None:
+    pytester.makepyfile(unbuildable=factory)
+    result = run_on_cpu("--cudagraph-target", "unbuildable:make", *workers)
+    assert result.ret in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED)
+    outcomes = result.parseoutcomes()
+    errors = outcomes.get("errors", outcomes.get("error"))
+    # Once per test process: each xdist worker builds its own target.
+    assert errors == 1 or (workers and errors == 2), result.stdout.str()
+    assert "passed" not in outcomes and "failed" not in outcomes
+    message = f"conformance target 'unbuildable:make': {problem}"
+    error_lines = [line for line in result.stdout.lines if line == message]
+    assert len(error_lines) == errors, result.stdout.str()
+    assert "Traceback" not in result.stdout.str()
+    assert "INTERNALERROR" not in result.stdout.str()
+
+
+def test_a_target_module_in_the_rootdir_imports_with_plain_pytest(
     run_on_cpu: Callable[..., pytest.RunResult], pytester: pytest.Pytester
 ) -> None:
-    pytester.makepyfile(wrong_targets="def as_dict(device):\n    return {'device': device}\n")
-    pytester.syspathinsert()
-    result = run_on_cpu("--cudagraph-target", "wrong_targets:as_dict", "-k", "guards or contract")
-    result.assert_outcomes(errors=2)
-    result.stdout.fnmatch_lines(
-        [
-            "*conformance target 'wrong_targets:as_dict': factory returned dict; expected a "
-            "pytest_cudagraph.target.CudaGraphTarget*"
-        ]
+    project = pytester.mkdir("project")
+    (project / "pytest.ini").write_text("[pytest]\ncudagraph_target = local_graphs:make_target\n")
+    (project / "local_graphs.py").write_text(
+        "from reasyn_ref.conformance import make_target\n", encoding="utf-8"
     )
+    result = run_on_cpu("-c", str(project / "pytest.ini"), "-k", "guards")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["conformance of local_graphs:make_target (1 passed):"])
 
 
 def test_check_names_come_from_the_conformance_package_only() -> None:

@@ -1,9 +1,11 @@
-"""pytest_cudagraph.target on the CPU: loading ``module:factory`` specs, validating what the
-factory returns, and which spec is in force (option > env > ini > default)."""
+"""pytest_cudagraph.target on the CPU: loading installed names and ``module:factory`` specs,
+validating what the factory returns, and which spec is in force (option > env > ini > the one
+installed target)."""
 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 import sys
 import threading
 import types
@@ -13,13 +15,16 @@ import pytest
 import torch
 from suite_runner import plugin_arguments
 
+from pytest_cudagraph import target as targets
 from pytest_cudagraph.target import (
-    DEFAULT_TARGET,
     CudaGraphTarget,
     TargetError,
+    Tolerance,
     build_target,
+    installed_targets,
     load_factory,
     missing_field_reason,
+    resolve_spec,
     target_spec,
 )
 
@@ -35,7 +40,6 @@ def minimal_target(**changes: object) -> CudaGraphTarget:
         make_inputs=lambda generator, case: {"x": torch.randn(case % 4 + 1, generator=generator)},
         key_of=lambda inputs: inputs["x"].shape[0],
         num_keys=4,
-        reset=lambda: None,
     )
     return CudaGraphTarget(**{**fields, **changes})
 
@@ -58,9 +62,9 @@ def build_with(factories: types.ModuleType, factory: Callable[[torch.device], ob
 @pytest.mark.parametrize(
     ("spec", "problem"),
     [
-        ("fake_targets", "must be 'module:factory'"),
-        ("fake_targets:", "must be 'module:factory'"),
-        (":factory", "must be 'module:factory'"),
+        ("fake_targets", "no installed target of that name (installed: reasyn)"),
+        ("fake_targets:", "must be a name or 'module:factory'"),
+        (":factory", "must be a name or 'module:factory'"),
         ("no_such_module_here:make", "cannot import module 'no_such_module_here'"),
         ("fake_targets:missing", "fake_targets has no attribute 'missing'"),
         ("fake_targets:namespace.missing", "fake_targets has no attribute 'namespace.missing'"),
@@ -83,10 +87,12 @@ def test_a_dotted_factory_is_found(factories: types.ModuleType) -> None:
 
 def test_a_factory_that_raises_is_reported_with_its_error(factories: types.ModuleType) -> None:
     def factory(device: torch.device) -> CudaGraphTarget:
-        raise RuntimeError("no GPU for you")
+        raise RuntimeError("no GPU for you\nand a second line the report leaves out")
 
     with pytest.raises(
-        TargetError, match=r"'fake_targets:factory': factory failed: RuntimeError: no GPU for you"
+        TargetError,
+        match=r"^conformance target 'fake_targets:factory': the factory raised RuntimeError: "
+        r"no GPU for you$",
     ):
         build_with(factories, factory)
 
@@ -94,21 +100,23 @@ def test_a_factory_that_raises_is_reported_with_its_error(factories: types.Modul
 def test_a_factory_returning_something_else_is_refused(factories: types.ModuleType) -> None:
     with pytest.raises(
         TargetError,
-        match=r"factory returned dict; expected a pytest_cudagraph\.target\.CudaGraphTarget",
+        match=r"the factory returned dict; expected a pytest_cudagraph\.target\.CudaGraphTarget",
     ):
         build_with(factories, lambda device: {"eager": None})
 
 
-def test_a_required_field_left_out_is_named(factories: types.ModuleType) -> None:
+def test_a_core_field_left_out_is_named(factories: types.ModuleType) -> None:
     def factory(device: torch.device) -> CudaGraphTarget:
-        fields = dataclasses.asdict(minimal_target())
-        del fields["reset"]
+        fields = {
+            f.name: getattr(minimal_target(), f.name) for f in dataclasses.fields(CudaGraphTarget)
+        }
+        del fields["key_of"]
         return CudaGraphTarget(**fields)
 
-    with pytest.raises(TargetError, match=r"factory failed: TypeError: .*'reset'"):
+    with pytest.raises(TargetError, match=r"the factory raised TypeError: .*'key_of'"):
         build_with(factories, factory)
-    with pytest.raises(TargetError, match=r"required field\(s\) missing: graphed, reset"):
-        build_with(factories, lambda device: minimal_target(graphed=None, reset=None))
+    with pytest.raises(TargetError, match=r"core field\(s\) missing: graphed, key_of"):
+        build_with(factories, lambda device: minimal_target(graphed=None, key_of=None))
 
 
 @pytest.mark.parametrize(
@@ -125,12 +133,8 @@ def test_a_required_field_left_out_is_named(factories: types.ModuleType) -> None
         ({"capacity": 0}, "capacity must be an int >= 1, got 0"),
         ({"largest_case": -1}, "largest_case must be an int >= 0, got -1"),
         ({"lock": object()}, "lock must have acquire() and release()"),
-        ({"sampler": lambda seed: [seed]}, "sampler and graphs_toggle must be given together"),
-        ({"graphs_toggle": "X"}, "sampler and graphs_toggle must be given together"),
-        (
-            {"sampler": lambda seed: [seed], "graphs_toggle": ""},
-            "graphs_toggle must be an environment variable name",
-        ),
+        ({"graph_skips": []}, "graph_skips must be callable, got list"),
+        ({"tolerance": 1e-3}, "tolerance must be a pytest_cudagraph.target.Tolerance, got float"),
         ({"fault_points": [("warm_up", None)]}, "fault_points must be a mapping, got list"),
         (
             {"fault_points": {"warm_up": (threading.Lock(), "acquire")}},
@@ -160,29 +164,108 @@ def test_a_fault_point_must_name_an_existing_method(factories: types.ModuleType)
     build_with(factories, lambda device: minimal_target(fault_points=points, lock=lock))
 
 
-def test_the_bundled_target_is_valid_on_the_cpu() -> None:
-    target = build_target(DEFAULT_TARGET, CPU)
+def test_the_installed_reference_is_valid_on_the_cpu() -> None:
+    assert installed_targets()["reasyn"] == "reasyn_ref.conformance:make_target"
+    target = build_target("reasyn", CPU)
     assert target.device == CPU
-    # On the CPU there is no graph cache: the fields about it are left out.
+    assert target.tolerance == Tolerance()
+    # On the CPU there is no graph cache: the capabilities about it are left out.
     assert missing_field_reason(target, "lock", "capacity") == (
-        "target does not provide lock, capacity (optional CudaGraphTarget field)"
+        "the target does not give lock, capacity (an optional capability)"
     )
     assert missing_field_reason(target, "unsupported_modes", "run_workers") is None
+
+
+def test_a_tolerance_is_checked_and_described() -> None:
+    assert Tolerance().describe() == "bit-identical"
+    assert Tolerance(atol=1e-3).describe() == "atol 0.001, rtol 0"
+    with pytest.raises(ValueError, match=r"Tolerance.rtol must be a number >= 0, got -1"):
+        Tolerance(rtol=-1)
+
+
+def fake_installed(monkeypatch: pytest.MonkeyPatch, names: dict[str, str]) -> None:
+    monkeypatch.setattr(targets, "installed_targets", lambda: names)
+
+
+def test_with_none_chosen_the_one_installed_target_is_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert resolve_spec(None) == "reasyn"
+    assert resolve_spec("mine:make") == "mine:make"
+    fake_installed(monkeypatch, {"a": "pa:make", "b": "pb:make"})
+    with pytest.raises(
+        TargetError,
+        match=r"none chosen and 2 installed \(a, b\); choose one with --cudagraph-target",
+    ):
+        resolve_spec(None)
+    fake_installed(monkeypatch, {})
+    with pytest.raises(TargetError, match=r"none chosen and none installed"):
+        resolve_spec(None)
+
+
+def test_an_installed_name_loads_its_factory(
+    monkeypatch: pytest.MonkeyPatch, factories: types.ModuleType
+) -> None:
+    fake_installed(monkeypatch, {"fake": "fake_targets:namespace.make", "other": "x:y"})
+    assert load_factory("fake") is factories.namespace.make
+    with pytest.raises(TargetError, match=r"'nope': no installed target .*installed: fake, other"):
+        load_factory("nope")
+
+
+def test_the_installed_names_are_listed_from_the_command_line() -> None:
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest_cudagraph.target"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "reasyn  reasyn_ref.conformance:make_target" in listed.stdout.splitlines()
+
+
+def test_a_module_in_the_rootdir_imports_without_being_on_sys_path(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(in_rootdir="def make(device):\n    return None\n")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(pytester.path))])
+    assert "in_rootdir" not in sys.modules
+    assert load_factory("in_rootdir:make", search_paths=[pytester.path]).__name__ == "make"
+    assert str(pytester.path) in sys.path
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ("def broken(:\n", "importing 'import_fails' failed: SyntaxError: invalid syntax"),
+        ("raise RuntimeError('no config\\nsecond line')\n", "failed: RuntimeError: no config"),
+        ("import sys\nsys.exit(3)\n", "importing 'import_fails' failed: SystemExit: 3"),
+        ("import no_such_dependency_here\n", "No module named 'no_such_dependency_here'"),
+    ],
+)
+def test_any_error_while_importing_is_one_line_naming_it(
+    pytester: pytest.Pytester, source: str, problem: str
+) -> None:
+    pytester.makepyfile(import_fails=source)
+    with pytest.raises(TargetError) as error:
+        load_factory("import_fails:make", search_paths=[pytester.path])
+    message = str(error.value)
+    assert message.startswith("conformance target 'import_fails:make': ")
+    assert problem in message
+    assert "\n" not in message
+    sys.modules.pop("import_fails", None)
 
 
 def run_configured(pytester: pytest.Pytester, *args: str) -> pytest.Config:
     return pytester.parseconfigure(*plugin_arguments(), *args)
 
 
-def test_the_spec_comes_from_option_then_env_then_ini_then_default(
+def test_the_spec_comes_from_option_then_env_then_ini(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, factories: types.ModuleType
 ) -> None:
     monkeypatch.delenv("PYTEST_CUDAGRAPH_TARGET", raising=False)
-    assert target_spec(run_configured(pytester)) == DEFAULT_TARGET
+    assert target_spec(run_configured(pytester)) is None
     pytester.makeini("[pytest]\ncudagraph_target = fake_targets:namespace.make\n")
     assert target_spec(run_configured(pytester)) == "fake_targets:namespace.make"
     monkeypatch.setenv("PYTEST_CUDAGRAPH_TARGET", "fake_targets:NOT_CALLABLE")
     with pytest.raises(TargetError, match="NOT_CALLABLE is a int"):
         run_configured(pytester)
-    option = ("--cudagraph-target", "reasyn_ref.conformance:make_target")
-    assert target_spec(run_configured(pytester, *option)) == "reasyn_ref.conformance:make_target"
+    assert target_spec(run_configured(pytester, "--cudagraph-target", "reasyn")) == "reasyn"

@@ -1,0 +1,28 @@
+"""Graphs not skipped: every call of the graphed path ran its graph. Code whose graphs are
+captured for it (torch.compile's cudagraph trees) can fall back to eager without an error: a
+capture skipped for an unsupported op or a mutated input, a graph re-recorded past its limit.
+The target reports those through ``graph_skips()``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pytest_cudagraph.conformance.support import case_in_key, draw, needs_cuda, skip_without
+from pytest_cudagraph.target import CudaGraphTarget
+
+MAX_KEYS = 8
+ROUNDS = 3  # the first records each key's graph, the later ones must only replay it
+
+
+@needs_cuda
+def test_graphs_not_skipped(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+    skip_without(target, "graph_skips")
+    key_count = min(MAX_KEYS, target.num_keys)
+    before = len(target.graph_skips())
+    for repeat in range(ROUNDS):
+        for key_index in range(key_count):
+            case = case_in_key(target, key_index, repeat)
+            target.graphed(draw(target, case, seed=case))
+    skips = list(target.graph_skips())[before:]
+    record_figure(f"{ROUNDS} rounds over {key_count} keys: {len(skips)} graph(s) skipped")
+    assert not skips, "the graphed path ran without its graph:\n" + "\n".join(skips[:10])

@@ -1,0 +1,77 @@
+"""A conformance target that is not the ReaSyn decoder, and broken twins of it.
+
+The target is the docs' hand-written example (examples/hand_written_target.py): a hand-written
+per-shape CUDA-graph cache around a small ``nn.TransformerEncoder`` stack
+(examples/encoder_cache.py). Each twin is that cache wrong in exactly one way. Use as
+``--cudagraph-target foreign:make_target`` (or ``foreign:<twin>``) with this folder importable.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import torch
+from examples.encoder_cache import EncoderGraphCache, Entry
+from examples.hand_written_target import make_target
+from torch import Tensor
+
+from pytest_cudagraph.target import CudaGraphTarget
+
+__all__ = ["baked_gain", "lock_kept_on_error", "make_target", "static_output"]
+
+
+# Broken twins: each cache is wrong in exactly one way.
+
+
+class BakedGain(EncoderGraphCache):
+    """Refreshes ``x`` before each replay but keeps the gain the graph was captured with."""
+
+    def replay(self, entry: Entry, x: Tensor, gain: Tensor) -> None:
+        super().replay(entry, x, entry.gain)
+
+
+class StaticOutput(EncoderGraphCache):
+    """Returns the graph's own output buffer, which the next replay of that key overwrites."""
+
+    def copy_out(self, entry: Entry) -> Tensor:
+        return entry.out
+
+
+class LockKeptOnError:
+    """A lock whose with-block forgets to release it when the block raises."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> LockKeptOnError:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, error_type: object, *rest: object) -> None:
+        if error_type is None:
+            self._lock.release()
+
+
+class LockKept(EncoderGraphCache):
+    def make_lock(self) -> LockKeptOnError:
+        return LockKeptOnError()
+
+
+def twin(cache_class: type[EncoderGraphCache]) -> Callable[[torch.device], CudaGraphTarget]:
+    def factory(device: torch.device) -> CudaGraphTarget:
+        return make_target(device, cache_class)
+
+    factory.__doc__ = cache_class.__doc__
+    return factory
+
+
+baked_gain = twin(BakedGain)
+static_output = twin(StaticOutput)
+lock_kept_on_error = twin(LockKept)
