@@ -136,6 +136,17 @@ class StepGraphCache:
                 self.stats.hits += 1
             yield entry
 
+    def clear_state(self) -> None:
+        """Zero every cached graph's buffers in place (KV cache, tokens, positions, the target),
+        keeping the graphs. Correct decoding needs no reset between targets (each target's
+        writes cover what its steps read); this is for callers that want none of a finished
+        target's data left on the device."""
+        with self.lock, torch.cuda.device(self.device):
+            for key in self._lru.keys():  # oldest first, so that get() keeps the LRU order
+                buffers = self._lru.get(key).buffers
+                for tensor in (buffers.inputs, buffers.cache, buffers.cross, buffers.cross_mask):
+                    tensor.zero_()
+
     def clear(self) -> None:
         """Drop every graph and its buffers, and give their memory back."""
         with self.lock, torch.cuda.device(self.device):
