@@ -15,7 +15,13 @@ import torch
 from suite_runner import table_verdicts
 from torch import Tensor
 
-from pytest_cudagraph.target import CudaGraphTarget, build_target, installed_targets
+from pytest_cudagraph.target import (
+    CudaGraphTarget,
+    TargetError,
+    build_target,
+    installed_targets,
+    validate_target,
+)
 from reasyn_ref.incremental import IncrementalDecoder, StepBuffers, StepKey
 from reasyn_ref.incremental_conformance import (
     LARGEST_CASE,
@@ -193,6 +199,13 @@ def test_a_stale_position_counter_shows_only_after_a_longer_episode(kv_target: K
     assert not torch.equal(
         kv_target.episode(kept, short)["logits"], kv_target.eager(short)["logits"]
     )
+
+
+def test_reset_state_must_be_callable(kv_target: KVTarget) -> None:
+    target = kv_target.as_target()
+    target.reset_state = "clear"
+    with pytest.raises(TargetError, match=r"'reasyn-kv': reset_state must be callable, got str"):
+        validate_target("reasyn-kv", target, CPU)
 
 
 @pytest.mark.parametrize("factory", TWINS)
