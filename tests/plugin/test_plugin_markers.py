@@ -63,12 +63,12 @@ def test_markers_pass_strict_markers(pytester: pytest.Pytester) -> None:
         ),
         (
             "cuda_graph_parity(seed=-1)",
-            "cuda_graph_parity on {id}: seed must be in [0, 2**63 - 1] (case k runs under "
+            "cuda_graph_parity on {id}: seed must be in ?0, 2??63 - 1? (case k runs under "
             "torch.manual_seed(seed + k)), got -1",
         ),
         (
             "cuda_graph_parity(seed=2**64)",
-            "cuda_graph_parity on {id}: seed must be in [0, 2**63 - 1] *, got 18446744073709551616",
+            "cuda_graph_parity on {id}: seed must be in *, got 18446744073709551616",
         ),
         (
             "cuda_graph_parity(seed='3')",

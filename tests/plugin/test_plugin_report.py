@@ -52,7 +52,9 @@ def test_header_on_a_gpu_machine() -> None:
 
 
 def test_an_unrelated_run_prints_no_cudagraph_lines(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile("import pytest\n\ndef test_a(): pass\n\ndef test_b(): pytest.skip('no')")
+    pytester.makepyfile(
+        test_unrelated="import pytest\n\ndef test_a(): pass\n\ndef test_b(): pytest.skip('no')"
+    )
     result = pytester.runpytest_subprocess("-rs")
     result.assert_outcomes(passed=1, skipped=1)
     # The plugins line and the directory name aside, no line mentions the plugin.
