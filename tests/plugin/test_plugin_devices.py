@@ -97,7 +97,9 @@ def test_bad_device_setting_is_a_usage_error_naming_its_source(
     result.stderr.fnmatch_lines(["ERROR: PYTEST_CUDAGRAPH_DEVICE='gpu1': expected cuda:N or N"])
 
 
-def test_device_option_beats_env(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_device_option_beats_env(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makepyfile(
         """
         import os

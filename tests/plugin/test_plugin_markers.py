@@ -58,8 +58,7 @@ def test_markers_pass_strict_markers(pytester: pytest.Pytester) -> None:
         ),
         (
             "graph_memory_bound",
-            "graph_memory_bound on {id}: needs a bound, or a default from "
-            "--cudagraph-memory-bound",
+            "graph_memory_bound on {id}: needs a bound, or a default from --cudagraph-memory-bound",
         ),
         (
             "cuda_graph_parity(seed=-1)",

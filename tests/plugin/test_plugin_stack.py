@@ -81,7 +81,9 @@ def test_marker_keywords_override_the_ini_per_component() -> None:
 
 
 def test_a_component_pinned_twice_is_an_error() -> None:
-    with pytest.raises(ValueError, match=r"component 'torch' is pinned twice \(torch~=2.7.0 and torch>=2\)"):
+    with pytest.raises(
+        ValueError, match=r"component 'torch' is pinned twice \(torch~=2.7.0 and torch>=2\)"
+    ):
         stack.parse_pinned_stack(["torch~=2.7.0", "python~=3.10", "torch>=2"])
 
 
@@ -89,7 +91,9 @@ def test_a_component_pinned_twice_in_the_ini_is_a_usage_error(pytester: pytest.P
     pytester.makeini("[pytest]\ncudagraph_pinned_stack = torch~=2.7.0 torch>=2")
     result = pytester.runpytest_inprocess()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: ini cudagraph_pinned_stack=*component 'torch' is pinned twice*"])
+    result.stderr.fnmatch_lines(
+        ["ERROR: ini cudagraph_pinned_stack=*component 'torch' is pinned twice*"]
+    )
 
 
 # The running stack here is whatever the venv has, so these runs pin to specifiers that
