@@ -30,7 +30,24 @@ _EXPORTS = {
     "no_host_sync": "pytest_cudagraph.markers.hostsync",
     "pinned_stack": "pytest_cudagraph.markers.stack",
 }
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "CudaGraphTarget",
+    "DeviceMemoryProbe",
+    "FaultInjector",
+    "MemoryReport",
+    "Mismatch",
+    "ParityChecker",
+    "ParityResult",
+    "TargetError",
+    "__version__",
+    "compare_outputs",
+    "cuda_graph_parity",
+    "graph_memory_bound",
+    "host_syncs_fail",
+    "judge_growth",
+    "no_host_sync",
+    "pinned_stack",
+]
 
 if TYPE_CHECKING:
     from pytest_cudagraph.faults import FaultInjector
