@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +53,15 @@ def test_public_names_are_exported_lazily() -> None:
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="has no attribute 'ParityCheckr'"):
         _ = pytest_cudagraph.ParityCheckr
+
+
+def test_the_checkout_runs_without_pytest_benchmark() -> None:
+    root = Path(__file__).resolve().parents[2]
+    command = [sys.executable, "-m", "pytest", "-p", "no:benchmark", "-p", "no:cacheprovider"]
+    run = subprocess.run(
+        [*command, "--collect-only", "-q", "tests/plugin/test_plugin_stack.py"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
