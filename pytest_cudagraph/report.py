@@ -9,6 +9,7 @@ renderer with ``add_summary_renderer(config, renderer)``.
 
 from __future__ import annotations
 
+import datetime
 import json
 import platform
 from collections import Counter
@@ -168,6 +169,7 @@ def results_document(
     skips = Counter(record.value for record in records if record.kind == "skip")
     return {
         "format": JSON_FORMAT,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "stack": asdict(facts) if facts is not None else None,
         "pinned_stack": pinned_stack,
         "parity": by_kind.pop("parity", []),
