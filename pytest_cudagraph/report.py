@@ -1,10 +1,11 @@
-"""The report header and the "cudagraph" terminal summary, as pure functions of data.
+"""What the plugin reports: the header, the "cudagraph" terminal summary and the JSON results.
 
 Summary data travels as records: a test appends ``("cudagraph_<kind>", value)`` to its
 ``user_properties`` (``record_for_summary``), which xdist carries to the controller with
-the report; the controller gathers them (``records_from``) and renderers turn them into
-lines. Other modules add a section by recording their own kind and registering a
-renderer with ``add_summary_renderer(config, renderer)``.
+the report; the controller gathers them (``records_from``), renderers turn them into
+lines and ``results_document`` into the ``--cudagraph-json`` file. Other modules add a
+section by recording their own kind and registering a renderer with
+``add_summary_renderer(config, renderer)``. torch is imported only by ``stack_facts``.
 """
 
 from __future__ import annotations
