@@ -17,12 +17,6 @@ import torch
 _TORCH_SYNC_ERROR = "called a synchronizing CUDA operation"
 
 
-def no_host_sync() -> bool:
-    """Fail the test when its body makes the host wait for the device (torch sync debug
-    mode "error")."""
-    return True
-
-
 @contextmanager
 def host_syncs_fail() -> Iterator[None]:
     """Run the block in sync debug mode "error"; the previous mode is restored, also on failure."""

@@ -9,7 +9,6 @@ CudaMemoryLeakCheck does; a background thread samples the peak in between.
 from __future__ import annotations
 
 import gc
-import math
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -21,26 +20,6 @@ import torch
 from pytest_cudagraph import devices
 
 MiB = devices.MiB
-
-
-@dataclass(frozen=True)
-class MemoryBound:
-    """The marker's bound; None means the configured default (--cudagraph-memory-bound-mib)."""
-
-    mib: float | None
-
-
-def graph_memory_bound(mib: float | None = None) -> MemoryBound:
-    """Fail when this process's memory on the test's device (NVML) grows by more than
-    mib MiB across the test body."""
-    if mib is not None and not (
-        isinstance(mib, (int, float))
-        and not isinstance(mib, bool)
-        and math.isfinite(mib)
-        and mib > 0
-    ):
-        raise ValueError(f"mib must be a positive number, got {mib!r}")
-    return MemoryBound(mib)
 
 
 @dataclass(frozen=True)

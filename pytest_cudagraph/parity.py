@@ -25,26 +25,6 @@ from pytest_cudagraph.hostsync import host_syncs_allowed
 
 
 @dataclass(frozen=True)
-class ParityMark:
-    """The marker's arguments; a seed of None means the configured one (--cudagraph-seed)."""
-
-    toggle: str | None
-    seed: int | None
-
-
-def cuda_graph_parity(toggle: str | None = None, seed: int | None = None) -> ParityMark:
-    """Compare a graphed callable with its eager twin (fixture graph_parity); with
-    toggle=ENV_VAR, run the body with ENV_VAR=0 and =1 and compare what it records."""
-    if toggle is not None and not (isinstance(toggle, str) and toggle.strip()):
-        raise ValueError(f"toggle must name an environment variable, got {toggle!r}")
-    if seed is not None and not (
-        isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0
-    ):
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    return ParityMark(toggle, seed)
-
-
-@dataclass(frozen=True)
 class Mismatch:
     """One output that differs. Value differences carry the index and size fields."""
 
