@@ -297,7 +297,7 @@ def _results(config: pytest.Config) -> dict[str, object]:
     conformance = None
     if table is not None and table.rows:
         conformance = {
-            "target": table.target_spec,
+            "target": table.target_name(),
             "rows": [dataclasses.asdict(table.rows[key]) for key in sorted(table.rows)],
         }
     return reports.results_document(
