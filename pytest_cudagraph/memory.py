@@ -230,15 +230,18 @@ class DeviceMemoryProbe:
             )
         return used
 
-    def sample(self) -> MemorySample:
+    def allocator_bytes(self) -> tuple[int, int]:
+        """The torch caching allocator's (allocated, reserved) bytes on the device."""
         import torch
 
+        return torch.cuda.memory_allocated(self.device), torch.cuda.memory_reserved(self.device)
+
+    def sample(self) -> MemorySample:
+        """Settle, then read NVML until it holds still, and the allocator beside it."""
         self.settle()
-        return MemorySample(
-            process_bytes=stable_reading(self.process_bytes),
-            torch_allocated=torch.cuda.memory_allocated(self.device),
-            torch_reserved=torch.cuda.memory_reserved(self.device),
-        )
+        process = stable_reading(self.process_bytes)
+        allocated, reserved = self.allocator_bytes()
+        return MemorySample(process, allocated, reserved)
 
     @contextmanager
     def measure(self, warmup: Callable[[], object] | None = None) -> Iterator[MemoryMeasurement]:
