@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-import weakref
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
@@ -59,8 +58,9 @@ class CaptureCounter:
         self._lock = threading.Lock()
         self._captures: list[Capture] = []
         self._started: dict[int, tuple[float, Hashable | None]] = {}
-        # Each graph's latest capture, as an index into _captures (replays are counted there).
-        self._latest: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
+        # id(graph) -> index of its latest capture in _captures, where its replays count. By
+        # id, as not every graph class takes weak references; a capture rebinds a reused id.
+        self._latest: dict[int, int] = {}
         self._keys: list[Hashable] = []
         self._patched: dict[str, tuple[object, object]] = {}
         self._active = False
@@ -156,14 +156,14 @@ class CaptureCounter:
         if started is not None:  # began before this counter was entered: not counted
             began, key = started
             with self._lock:
-                self._latest[graph] = len(self._captures)
+                self._latest[id(graph)] = len(self._captures)
                 self._captures.append(Capture(key, time.perf_counter() - began))
         return result
 
     def _on_replay(self, original: Callable[..., object], graph: object, *a, **k) -> object:
         result = original(graph, *a, **k)
         with self._lock:
-            index = self._latest.get(graph)
+            index = self._latest.get(id(graph))
             if index is not None:
                 capture = self._captures[index]
                 self._captures[index] = replace(capture, replays=capture.replays + 1)
