@@ -95,7 +95,11 @@ def test_which_detector_catches_which_sync(name: str, cuda_device: torch.device)
     body = SYNCING_BODIES[name]
     by_debug_mode = caught_by_sync_debug_mode(lambda: body(x))
     trial = trial_capture(lambda: body(x), cuda_device)
-    assert (by_debug_mode, not trial.clean) == CAUGHT[name], trial.error
+    found = (by_debug_mode, not trial.clean)
+    assert found == CAUGHT[name], (
+        f"{name}: sync debug mode caught it: {by_debug_mode}; trial capture: "
+        f"{trial.error or 'captured cleanly'} (docs/plugin.md's table says {CAUGHT[name]})"
+    )
     assert_cuda_usable(cuda_device)
 
 
