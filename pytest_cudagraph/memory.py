@@ -202,7 +202,8 @@ class DeviceMemoryProbe:
 
     ``sample()`` settles and reads once; ``measure(warmup)`` brackets a block of code,
     running ``warmup`` (the workload once, undone, for example) before the baseline so that
-    first-use costs are not charged to the block.
+    first-use costs are not charged to the block. Making one raises LookupError where NVML
+    is unavailable or does not know the device.
     """
 
     def __init__(self, device: torch.device, *, interval_s: float = 0.005) -> None:
@@ -210,6 +211,9 @@ class DeviceMemoryProbe:
 
         if not (isinstance(interval_s, (int, float)) and interval_s > 0):
             raise ValueError(f"interval_s must be a number > 0, got {interval_s!r}")
+        nvml = devices.nvml_status()  # initialises NVML once per process
+        if not nvml.available:
+            raise LookupError(f"NVML is unavailable: {nvml.detail}")
         self.device = device
         self.pid = os.getpid()
         self._handle = devices.nvml_handle(device)

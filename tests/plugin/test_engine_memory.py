@@ -4,7 +4,9 @@ the growth the same whatever ran before, and readings wait for NVML to hold stil
 from __future__ import annotations
 
 import pytest
+import torch
 
+from pytest_cudagraph.devices import nvml_status
 from pytest_cudagraph.memory import (
     DeviceMemoryProbe,
     MemoryReport,
@@ -126,3 +128,10 @@ def test_allocator_growth_the_process_does_not_show_only_warns() -> None:
     )
     over = judge_growth(MemoryReport("cuda:0", before, after, 610 * MiB), bound_mib=2)
     assert not over.passed and over.warning == ""
+
+
+def test_a_probe_without_nvml_is_a_lookup_error_naming_nvml() -> None:
+    if nvml_status().available:
+        pytest.skip("checks the path without NVML: NVML answers here")
+    with pytest.raises(LookupError, match=r"NVML is unavailable: "):
+        DeviceMemoryProbe(torch.device("cuda", 0))
