@@ -134,9 +134,10 @@ def trial_capture(body: Callable[[], object], device: torch.device) -> TrialCapt
 
 
 def _end_capture(graph: torch.cuda.CUDAGraph, index: int, pool: tuple[int, int]) -> str:
-    """End the capture; on failure, stop routing allocations to its pool and release the
-    pool (torch 2.7 skips the first when ``cudaStreamEndCapture`` fails, and no version
-    releases a pool whose capture never ended). The error text, or ""."""
+    """End the capture (on the capture stream); on failure, put torch back as it was: stop
+    routing allocations to the pool and release it (torch 2.7 skips the first when
+    ``cudaStreamEndCapture`` fails, and no version releases a pool whose capture never
+    ended), and take the RNG out of capture mode. The error text, or ""."""
     import torch
 
     try:
@@ -152,4 +153,10 @@ def _end_capture(graph: torch.cuda.CUDAGraph, index: int, pool: tuple[int, int])
     except RuntimeError:  # already stopped by capture_end (torch 2.8 and later)
         pass
     torch._C._cuda_releasePool(index, pool)
+    # torch 2.7 leaves the device's default generator in capture mode after a failed
+    # capture (its next eager random op raises); a capture that completes ends that mode.
+    mending = torch.cuda.CUDAGraph()
+    mending.capture_begin(capture_error_mode="thread_local")
+    torch.zeros(1, device=index)
+    mending.capture_end()
     return error

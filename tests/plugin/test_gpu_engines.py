@@ -72,9 +72,11 @@ def caught_by_sync_debug_mode(body: Callable[[], object]) -> bool:
 
 
 def assert_cuda_usable(device: torch.device) -> None:
-    """Plain work, a fresh capture and its replay all still work, on the default stream."""
+    """Plain work, random numbers, a fresh capture and its replay all still work, on the
+    default stream."""
     assert torch.cuda.current_stream(device) == torch.cuda.default_stream(device)
     assert (torch.arange(4.0, device=device) * 2).sum().item() == 12.0
+    assert torch.rand(4, device=device).lt(1).all().item()
     static = torch.zeros(4, device=device)
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
