@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     import torch
 
 MiB = 1024 * 1024
-# Re-reads of NVML while settling; the driver may hand memory back a moment after a free.
+# Most NVML reads per settled reading: a figure is kept once two reads in a row agree, so a
+# read taken while the driver is still handing memory back is not the one kept.
 STABLE_READS = 8
 
 
