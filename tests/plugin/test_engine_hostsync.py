@@ -48,22 +48,3 @@ def test_a_failed_trial_names_the_detector_and_the_error() -> None:
         "when stream is capturing"
     )
     assert TrialCapture("").clean and TrialCapture("").reason() == ""
-
-
-def test_marker_under_the_cpu_override_of_cuda_device_runs_the_body(
-    cpu_pytester: pytest.Pytester,
-) -> None:
-    """The documented CPU override used to die with "Torch not compiled with CUDA enabled"."""
-    if torch.cuda.is_available():
-        pytest.skip("checks the CPU-only path: this torch has CUDA")
-    cpu_pytester.makepyfile(
-        """
-        import pytest
-        import torch
-
-        @pytest.mark.no_host_sync
-        def test_body(cuda_device):
-            assert torch.ones(3, device=cuda_device).sum().item() == 3
-        """
-    )
-    cpu_pytester.runpytest_inprocess("-p", "pytest_cudagraph").assert_outcomes(passed=1)
