@@ -1,4 +1,5 @@
-"""GraphCache without a GPU: the LRU policy, the input checks and the constructor guards."""
+"""GraphCache without a GPU: the LRU policy, ARStep and the cache's input checks, the
+constructor guards and the stages' public contract."""
 
 from __future__ import annotations
 
@@ -6,8 +7,14 @@ import pytest
 import torch
 from torch import nn
 
-from reasyn_ref import Decoder, DecoderConfig
-from reasyn_ref.graph_cache import LRU, GraphCache, GraphKey, check_graph_inputs
+from reasyn_ref import ARStep, Decoder, DecoderConfig
+from reasyn_ref.graph_cache import (
+    LRU,
+    GraphCache,
+    GraphKey,
+    check_graph_inputs,
+    check_graph_step,
+)
 
 CONFIG = DecoderConfig.tiny()
 CPU = torch.device("cpu")
@@ -61,9 +68,12 @@ def test_lru_pop_all_empties_it_oldest_first():
     assert lru.keys() == [] and len(lru) == 0
 
 
-@pytest.mark.parametrize("capacity", [0, -1, 1.5, True, "3", None])
-def test_lru_capacity_must_be_a_positive_int(capacity):
-    with pytest.raises(ValueError, match=r"capacity must be an int >= 1"):
+@pytest.mark.parametrize(
+    ("capacity", "error"),
+    [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError), ("3", TypeError)],
+)
+def test_lru_capacity_must_be_a_positive_int(capacity, error):
+    with pytest.raises(error, match=r"capacity must be an int >= 1"):
         LRU(capacity)
 
 
@@ -88,16 +98,7 @@ def step_inputs(batch=4, seq=64, memory_len=64, rows=3, mask=True, expanded=True
 
 
 def check(inputs, device=CPU, memory_dtype=torch.float32):
-    return check_graph_inputs(
-        CONFIG,
-        device,
-        memory_dtype,
-        inputs["tokens"],
-        inputs["memory"],
-        inputs["memory_padding_mask"],
-        inputs["gather"],
-        rows=inputs["rows"],
-    )
+    return check_graph_step(CONFIG, device, memory_dtype, ARStep(**inputs))
 
 
 @pytest.mark.parametrize(
@@ -111,6 +112,7 @@ def check(inputs, device=CPU, memory_dtype=torch.float32):
 )
 def test_the_key_holds_every_shape_and_layout_the_forward_depends_on(shape, expected):
     assert check(step_inputs(**shape)) == expected
+    assert ARStep(**step_inputs(**shape)).key == expected
 
 
 def test_a_memory_is_shared_only_when_one_row_is_viewed_over_the_batch():
@@ -121,37 +123,93 @@ def test_a_memory_is_shared_only_when_one_row_is_viewed_over_the_batch():
     assert GraphKey(4, 64, 64, True) == GraphKey(4, 64, 64, True, False)
 
 
+def test_the_loose_form_before_ar_step_gives_the_same_key():
+    inputs = step_inputs()
+    loose = [inputs[name] for name in ("tokens", "memory", "memory_padding_mask", "gather")]
+    key = check_graph_inputs(CONFIG, CPU, torch.float32, *loose, rows=inputs["rows"])
+    assert key == check(inputs)
+    with pytest.raises(TypeError, match=r"pass an ARStep alone"):
+        check_graph_inputs(CONFIG, CPU, torch.float32, ARStep(**inputs), rows=3)
+    with pytest.raises(TypeError, match=r"expected an ARStep, or tokens"):
+        check_graph_inputs(CONFIG, CPU, torch.float32, *loose)
+
+
+def test_a_step_moved_to_another_device_keeps_its_layout():
+    step = ARStep(**step_inputs())
+    moved = step.to("meta")
+    assert moved.device == torch.device("meta") and moved.rows == step.rows
+    assert moved.key == step.key  # the expanded memory is still one target's
+
+
 def replaced(name, value, **shape):
     inputs = step_inputs(**shape)
     inputs[name] = value(inputs) if callable(value) else value
     return inputs
 
 
+# A malformed step, whatever it runs on: ARStep refuses it.
+@pytest.mark.parametrize(
+    ("inputs", "error", "message"),
+    [
+        (replaced("gather", None), ValueError, r"gather is required"),
+        (
+            replaced("tokens", lambda i: i["tokens"].int()),
+            ValueError,
+            r"tokens must be a torch.long tensor",
+        ),
+        (replaced("tokens", [[1, 2]]), TypeError, r"tokens must be a torch.long tensor, got list"),
+        (
+            replaced("gather", lambda i: i["gather"].int()),
+            ValueError,
+            r"gather must be a torch.long tensor",
+        ),
+        (
+            replaced("memory_padding_mask", lambda i: i["memory_padding_mask"].float()),
+            ValueError,
+            r"memory_padding_mask must be a torch.bool tensor",
+        ),
+        (
+            replaced("memory", lambda i: i["memory"].to("meta")),
+            ValueError,
+            r"memory is on meta but tokens are on cpu",
+        ),
+        (
+            replaced("gather", lambda i: i["gather"].to("meta")),
+            ValueError,
+            r"gather is on meta but tokens are on cpu",
+        ),
+        (
+            replaced("memory", lambda i: i["memory"][:2]),
+            ValueError,
+            r"memory must be \[B=4, M >= 1, d\]",
+        ),
+        (
+            replaced("memory", lambda i: i["memory"][:, :0]),
+            ValueError,
+            r"memory must be \[B=4, M >= 1, d\]",
+        ),
+        (replaced("rows", 0), ValueError, r"rows must be an int in \[1, B=4\], got 0"),
+        (replaced("rows", 5), ValueError, r"rows must be an int in \[1, B=4\], got 5"),
+        (replaced("rows", True), TypeError, r"rows must be an int in \[1, B=4\], got True"),
+        (replaced("rows", 2.0), TypeError, r"rows must be an int in \[1, B=4\], got 2.0"),
+    ],
+)
+def test_a_malformed_step_is_refused_with_the_rule_it_breaks(inputs, error, message):
+    with pytest.raises(error, match=message):
+        ARStep(**inputs)
+
+
+# A well-formed step that no graph of this cache can run.
 @pytest.mark.parametrize(
     ("inputs", "message"),
     [
-        (replaced("gather", None), r"gather is required"),
-        (replaced("tokens", lambda i: i["tokens"].int()), r"tokens must be a torch.long tensor"),
-        (replaced("gather", lambda i: i["gather"].int()), r"gather must be a torch.long tensor"),
-        (
-            replaced("memory_padding_mask", lambda i: i["memory_padding_mask"].float()),
-            r"memory_padding_mask must be a torch.bool tensor",
-        ),
         (
             replaced("memory", lambda i: i["memory"].double()),
             r"memory must be torch.float32 \(the decoder's parameter dtype\), got torch.float64",
         ),
         (
-            replaced("memory", lambda i: i["memory"].to("meta")),
-            r"memory is on meta but tokens are on cpu",
-        ),
-        (
-            replaced("gather", lambda i: i["gather"].to("meta")),
-            r"gather is on meta but tokens are on cpu",
-        ),
-        (
-            replaced("memory", lambda i: i["memory"][:2]),
-            r"memory must be \[B=4, M, d_model=32\]",
+            replaced("memory", lambda i: torch.zeros(4, 64, 16)),
+            r"memory must be \[B, M, d_model=32\]",
         ),
         (
             step_inputs(batch=3),
@@ -162,16 +220,16 @@ def replaced(name, value, **shape):
             r"tokens length 100 is not a sequence bucket \(a multiple of 64 or max_len=512",
         ),
         (
+            step_inputs(seq=576),
+            r"tokens length 576 is not a sequence bucket",
+        ),
+        (
             step_inputs(memory_len=50),
             r"memory length 50 is not a memory bucket \(a positive multiple of 64\)",
         ),
-        (replaced("rows", 0), r"rows must be an int in \[1, B=4\], got 0"),
-        (replaced("rows", 5), r"rows must be an int in \[1, B=4\], got 5"),
-        (replaced("rows", True), r"rows must be an int in \[1, B=4\], got True"),
-        (replaced("rows", 2.0), r"rows must be an int in \[1, B=4\], got 2.0"),
     ],
 )
-def test_bad_inputs_are_refused_with_the_rule_they_break(inputs, message):
+def test_a_step_no_graph_runs_is_refused_with_the_rule_it_breaks(inputs, message):
     with pytest.raises(ValueError, match=message):
         check(inputs)
 
@@ -186,6 +244,16 @@ def test_memory_must_have_the_decoders_dtype():
     assert check(inputs, memory_dtype=torch.float32) == GraphKey(4, 64, 64, True, True)
     with pytest.raises(ValueError, match=r"memory must be torch.bfloat16"):
         check(inputs, memory_dtype=torch.bfloat16)
+
+
+# --- stages --------------------------------------------------------------------------------
+
+
+def test_the_stages_are_public_methods_in_call_order():
+    assert GraphCache.STAGES == ("warm_up", "capture", "replay", "copy_out")
+    for stage in (*GraphCache.STAGES, "static_step"):
+        assert callable(getattr(GraphCache, stage)), stage
+        assert not stage.startswith("_")
 
 
 # --- constructor guards --------------------------------------------------------------------
@@ -226,7 +294,9 @@ def test_a_decoder_without_parameters_is_refused(cuda_reported_available):
 
 
 @pytest.mark.parametrize("name", ["capacity", "warmups"])
-@pytest.mark.parametrize("value", [0, -2, 2.5, True, None])
-def test_capacity_and_warmups_must_be_positive_ints(tiny_decoder, name, value):
-    with pytest.raises(ValueError, match=rf"{name} must be an int >= 1, got {value!r}"):
+@pytest.mark.parametrize(
+    ("value", "error"), [(0, ValueError), (-2, ValueError), (2.5, TypeError), (True, TypeError)]
+)
+def test_capacity_and_warmups_must_be_positive_ints(tiny_decoder, name, value, error):
+    with pytest.raises(error, match=rf"{name} must be an int >= 1, got {value!r}"):
         GraphCache(tiny_decoder, "cuda:0", **{name: value})
