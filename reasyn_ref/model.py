@@ -175,8 +175,8 @@ def seeded_init(build: Callable[[], M], seed: int) -> M:
     ``seed``, in eval mode on the CPU: the same weights from any thread, and the global RNG is
     neither read nor changed. The model is built on the meta device (no default init runs),
     then its parameters are drawn in ``named_parameters`` order with the scale of torch's
-    default init (Linear: uniform +-1/sqrt(fan_in); attention input projection: Xavier
-    uniform, zero bias; LayerNorm: ones and zeros; Embedding: standard normal) and its
+    default init (Linear: uniform +-1/sqrt(fan_in); attention: Xavier uniform input
+    projection, zero biases; LayerNorm: ones and zeros; Embedding: standard normal) and its
     buffers rebuilt."""
     check_int_seed(seed)
     with torch.device("meta"):
@@ -185,7 +185,9 @@ def seeded_init(build: Callable[[], M], seed: int) -> M:
     model._build_buffers()
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for module in model.modules():
+        # Children before parents, so that a parent's init has the last word, as in torch's
+        # (attention zeroes its output projection's bias).
+        for module in reversed(list(model.modules())):
             _draw_parameters(module, generator)
     return model.eval()
 
@@ -209,6 +211,7 @@ def _draw_parameters(module: nn.Module, generator: torch.Generator) -> None:
         bound = math.sqrt(6 / (fan_in + fan_out))
         module.in_proj_weight.uniform_(-bound, bound, generator=generator)
         module.in_proj_bias.zero_()
+        module.out_proj.bias.zero_()
     elif isinstance(module, nn.LayerNorm):
         module.weight.fill_(1.0)
         module.bias.zero_()

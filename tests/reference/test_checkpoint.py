@@ -207,9 +207,7 @@ def missing_and_unexpected(payload: dict) -> dict:
         pytest.param(
             lambda p: p | {"kind": ["decoder"]}, r"has kind \['decoder'\]", id="kind a list"
         ),
-        pytest.param(
-            lambda p: p | {7: "x"}, r"is not a reasyn_ref checkpoint.*7", id="an int key"
-        ),
+        pytest.param(lambda p: p | {7: "x"}, r"is not a reasyn_ref checkpoint.*7", id="an int key"),
         pytest.param(
             lambda p: p | {"config": p["config"] | {7: 1}},
             r"invalid decoder config: unknown DecoderConfig fields: 7",

@@ -501,8 +501,10 @@ BAD_SAMPLE_ARGUMENTS = [
     pytest.param("memory", not_finite(-math.inf), ValueError, id="-inf memory"),
     pytest.param(
         "memory",
-        lambda a: a
-        | {"memory": a["memory"][:, :0], "memory_padding_mask": a["memory_padding_mask"][:, :0]},
+        lambda a: (
+            a
+            | {"memory": a["memory"][:, :0], "memory_padding_mask": a["memory_padding_mask"][:, :0]}
+        ),
         ValueError,
         id="memory length 0",
     ),
@@ -533,8 +535,12 @@ BAD_SAMPLE_ARGUMENTS = [
         "prefixes", lambda a: a | {"prefixes": each_row([[START]])}, TypeError, id="a generator"
     ),
     pytest.param("prefixes", lambda a: a | {"prefixes": [[START], []]}, ValueError, id="empty row"),
-    pytest.param("prefixes", lambda a: a | {"prefixes": [[START, 272]]}, ValueError, id="id = vocab"),
-    pytest.param("prefixes", lambda a: a | {"prefixes": [[START, -1]]}, ValueError, id="negative id"),
+    pytest.param(
+        "prefixes", lambda a: a | {"prefixes": [[START, 272]]}, ValueError, id="id = vocab"
+    ),
+    pytest.param(
+        "prefixes", lambda a: a | {"prefixes": [[START, -1]]}, ValueError, id="negative id"
+    ),
     pytest.param("prefixes", lambda a: a | {"prefixes": [[START, 3.0]]}, TypeError, id="float id"),
     pytest.param("prefixes", lambda a: a | {"prefixes": [[True]]}, TypeError, id="bool id"),
     pytest.param(

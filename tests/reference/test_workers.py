@@ -15,10 +15,9 @@ import time
 import pytest
 import torch
 
-from reasyn_ref import DecoderConfig, Encoder, EncoderConfig, save_checkpoint
+from reasyn_ref import DecoderConfig, Encoder, EncoderConfig, save_checkpoint, workers
 from reasyn_ref.checkpoint import load_checkpoint
 from reasyn_ref.sampler import ARSampler
-from reasyn_ref import workers
 from reasyn_ref.workers import SampleJob, WorkerError, WorkerPool, run_sample_job
 
 pytestmark = pytest.mark.usefixtures("no_toggles_in_env")
@@ -143,9 +142,7 @@ def test_a_job_that_cannot_be_pickled_is_refused_before_any_is_sent(pool, checkp
     assert pool.map(jobs) == sample_here(checkpoint, jobs)
 
 
-def test_a_result_that_cannot_be_pickled_is_a_worker_error_and_the_pool_goes_on(
-    pool, checkpoint
-):
+def test_a_result_that_cannot_be_pickled_is_a_worker_error_and_the_pool_goes_on(pool, checkpoint):
     with pytest.raises(WorkerError, match=r"(?s)failed on job 1:.*pickle") as failure:
         pool.map([make_job(30), make_job(UNPICKLABLE_SEED), make_job(31)])
     assert failure.value.job == 1
