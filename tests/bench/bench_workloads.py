@@ -1,9 +1,9 @@
-"""What the benchmarks run on: the shapes, the default-config decoder and its inputs in the
-sampler's bucketed layout, and the in-run store the ratios are computed from."""
+"""What the benchmarks run on: the shapes, the default-config decoder and its steps (from
+``reasyn_ref.workloads``, in the sampler's bucketed layout), and the in-run store the ratios are
+computed from."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from typing import Any
 
@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from reasyn_ref import Decoder, DecoderConfig, expand_memory
-from reasyn_ref.sampler import pad_rows
+from reasyn_ref import ARStep, Decoder, DecoderConfig, GraphKey
+from reasyn_ref.workloads import random_step, seeded_decoder, target_memory
 
 # (bucketed batch, bucketed sequence) of the AR forward; memory length 64 throughout.
 FORWARD_KEYS = [(1, 64), (8, 64), (16, 128), (64, 128), (256, 512)]
@@ -58,38 +58,23 @@ class BenchResults:
 
 def make_decoder(device: torch.device, seed: int = 0) -> Decoder:
     """The default (upstream-sized) decoder with random weights from ``seed``, in eval mode."""
-    torch.manual_seed(seed)
-    with torch.device(device):
-        decoder = Decoder(DecoderConfig())
-    return decoder.eval()
+    return seeded_decoder(DecoderConfig(), seed, device)
 
 
 def make_memory(config: DecoderConfig, device: torch.device, seed: int) -> tuple[Tensor, Tensor]:
     """One target's memory [1, MEMORY_LEN, d_model] and its padding mask, the last 8 padded."""
-    generator = torch.Generator(device).manual_seed(seed)
-    memory = torch.randn(1, MEMORY_LEN, config.d_model, device=device, generator=generator)
-    mask = torch.zeros(1, MEMORY_LEN, dtype=torch.bool, device=device)
-    mask[:, -8:] = True
-    return memory, mask
+    return target_memory(config, MEMORY_LEN, padded=8, seed=seed, device=device)
 
 
 def forward_inputs(
     config: DecoderConfig, key: tuple[int, int], device: torch.device, seed: int = 0
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(tokens, memory, mask, gather) of one AR step at ``key``, in the sampler's layout:
-    ``batch`` rows of random lengths, the longest in the ``seq`` bucket, memory expanded."""
+) -> ARStep:
+    """One AR step at ``key`` = (batch, seq) in the sampler's layout: ``batch`` real rows of
+    random lengths, the longest in the ``seq`` bucket, one target's memory (length
+    MEMORY_LEN, masked tail) expanded over them."""
     batch, seq = key
-    rng = random.Random(seed)
-    lengths = [seq] + [rng.randint(1, seq) for _ in range(batch - 1)]
-    # Ids from 3 on: no pad, start or end token inside a row.
-    rows = [
-        [config.start_token, *rng.choices(range(3, config.vocab_size), k=n - 1)] for n in lengths
-    ]
-    tokens, gather = pad_rows(rows, config, bucket=True)
-    if tuple(tokens.shape) != key:
-        raise AssertionError(f"rows laid out as {tuple(tokens.shape)}, not the key {key}")
-    memory, mask = expand_memory(*make_memory(config, device, seed), batch)
-    return tokens.to(device), memory, mask, gather.to(device)
+    graph_key = GraphKey(batch, seq, MEMORY_LEN, has_mask=True, shared_memory=batch > 1)
+    return random_step(config, graph_key, seed=seed, device=device, rows=batch)
 
 
 def warm_up(step: Callable[[], Any], calls: int = WARMUP_CALLS) -> None:
