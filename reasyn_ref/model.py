@@ -332,12 +332,10 @@ def check_token_values(config: DecoderConfig, tokens: Tensor, gather: Tensor | N
 class _CudnnAttentionOff:
     """Turns cuDNN attention off while any AR step runs on CUDA; a context manager.
 
-    Why: inside a CUDA graph, cuDNN's fused attention (torch's first choice on Hopper) comes
-    with a memset node and leaves about 5 us idle before each launch. With 20 attention calls
-    per step that was most of a replay's idle time on the H200 (docs/benchmarks.md).
-    Without it, SDPA picks flash attention for the causal self-attention and memory-efficient
-    attention for the masked cross-attention, which start as promptly as any other kernel.
-    Eager steps and graphs run under the same switch, so they still compute the same thing.
+    Why: inside a CUDA graph, cuDNN's fused attention (torch's first choice on Hopper) leaves
+    the device idle before each launch, where flash and memory-efficient attention start
+    promptly (docs/benchmarks.md, "What replay efficiency is made of"). Eager steps and graphs
+    run under the same switch, so they still compute the same thing.
 
     The switch is torch's process-wide flag, so its users are counted: the first to enter turns
     it off, the last to leave puts back the setting found on entry, in whatever order threads

@@ -51,9 +51,12 @@ def test_bucket_batch_is_the_next_power_of_two(n, expected):
     assert bucket_batch(n) == expected
 
 
-@pytest.mark.parametrize("n", [0, -1, 1.5, True, "2", None])
-def test_bucket_batch_refuses_out_of_range(n):
-    with pytest.raises(ValueError, match="n must be an int >= 1"):
+@pytest.mark.parametrize(
+    ("n", "error"),
+    [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError), ("2", TypeError)],
+)
+def test_bucket_batch_refuses_out_of_range(n, error):
+    with pytest.raises(error, match="n must be an int >= 1"):
         bucket_batch(n)
 
 
@@ -78,18 +81,18 @@ def test_bucket_seq_is_the_next_multiple_of_64_capped(length, max_len, expected)
 
 
 @pytest.mark.parametrize(
-    ("length", "max_len", "name"),
+    ("length", "max_len", "name", "error"),
     [
-        (0, 512, "length"),
-        (513, 512, "length"),
-        (True, 512, "length"),
-        (1.0, 512, "length"),
-        (1, 0, "max_len"),
-        (5, True, "max_len"),
+        (0, 512, "length", ValueError),
+        (513, 512, "length", ValueError),
+        (True, 512, "length", TypeError),
+        (1.0, 512, "length", TypeError),
+        (1, 0, "max_len", ValueError),
+        (5, True, "max_len", TypeError),
     ],
 )
-def test_bucket_seq_refuses_out_of_range(length, max_len, name):
-    with pytest.raises(ValueError, match=rf"bucket_seq: {name} must be"):
+def test_bucket_seq_refuses_out_of_range(length, max_len, name, error):
+    with pytest.raises(error, match=rf"bucket_seq: {name} must be"):
         bucket_seq(length, max_len)
 
 
