@@ -20,7 +20,7 @@ from typing import TypeVar
 import torch
 from torch import Tensor, nn
 
-from .checks import check_count, describe
+from .checks import check_count, check_int, describe
 from .config import DecoderConfig, EncoderConfig
 from .step import ARStep, as_step, check_step_tensors
 
@@ -174,11 +174,11 @@ def seeded_init(build: Callable[[], M], seed: int) -> M:
     """``build()``'s model with weights drawn from a generator of its own seeded with
     ``seed``, in eval mode on the CPU: the same weights from any thread, and the global RNG is
     neither read nor changed. The model is built on the meta device (no default init runs),
-    then its parameters are drawn in ``named_parameters`` order with the scale of torch's
+    then its parameters are drawn module by module, children first, with the scale of torch's
     default init (Linear: uniform +-1/sqrt(fan_in); attention: Xavier uniform input
     projection, zero biases; LayerNorm: ones and zeros; Embedding: standard normal) and its
     buffers rebuilt."""
-    check_int_seed(seed)
+    check_int("seed", seed, minimum=0)
     with torch.device("meta"):
         model = build()
     model.to_empty(device="cpu")
@@ -190,13 +190,6 @@ def seeded_init(build: Callable[[], M], seed: int) -> M:
         for module in reversed(list(model.modules())):
             _draw_parameters(module, generator)
     return model.eval()
-
-
-def check_int_seed(seed: object) -> None:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int >= 0, got {seed!r}")
-    if seed < 0:
-        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
 
 
 def _draw_parameters(module: nn.Module, generator: torch.Generator) -> None:

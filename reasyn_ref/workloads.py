@@ -11,9 +11,9 @@ import torch
 from torch import Tensor
 
 from .bucketing import bucket_batch, bucket_seq
-from .checks import check_count
+from .checks import check_count, check_int
 from .config import DecoderConfig
-from .model import check_int_seed, seeded_decoder, seeded_encoder
+from .model import seeded_decoder, seeded_encoder
 from .sampler import pad_rows
 from .step import ARStep, GraphKey
 
@@ -41,7 +41,7 @@ def target_memory(
         raise TypeError(f"padded must be an int in [0, length={length}), got {padded!r}")
     if not 0 <= padded < length:
         raise ValueError(f"padded must be an int in [0, length={length}), got {padded!r}")
-    check_int_seed(seed)
+    check_int("seed", seed, minimum=0)
     generator = torch.Generator().manual_seed(seed)
     memory = torch.randn(1, length, config.d_model, generator=generator)
     mask = torch.zeros(1, length, dtype=torch.bool)
@@ -85,7 +85,7 @@ def random_step(
     if key.shared_memory and batch == 1:
         raise ValueError(f"key {key}: a shared memory needs batch > 1")
     check_count("key.memory_len", memory_len)
-    check_int_seed(seed)
+    check_int("seed", seed, minimum=0)
     generator = torch.Generator().manual_seed(seed)
 
     def draw(low: int, high: int) -> int:
