@@ -3,6 +3,9 @@ constructor guards and the stages' public contract."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import pytest
 import torch
 from torch import nn
@@ -10,7 +13,9 @@ from torch import nn
 from reasyn_ref import ARStep, Decoder, DecoderConfig
 from reasyn_ref.graph_cache import (
     LRU,
+    CacheStats,
     GraphCache,
+    GraphEntry,
     GraphKey,
     check_graph_inputs,
     check_graph_step,
@@ -300,3 +305,89 @@ def test_a_decoder_without_parameters_is_refused(cuda_reported_available):
 def test_capacity_and_warmups_must_be_positive_ints(tiny_decoder, name, value, error):
     with pytest.raises(error, match=rf"{name} must be an int >= 1, got {value!r}"):
         GraphCache(tiny_decoder, "cuda:0", **{name: value})
+
+
+class RecordingCache(GraphCache):
+    """The cache's orchestration (lookup, build, LRU, stats, lock) with stages that record
+    their calls instead of touching CUDA; built without the constructor's CUDA checks."""
+
+    def __init__(self, capacity: int, fail_at: str | None = None) -> None:
+        self.config, self.device, self.memory_dtype = CONFIG, CPU, torch.float32
+        self.lock = threading.Lock()
+        self.stats = CacheStats()
+        self._lru = LRU(capacity)
+        self.calls: list[str] = []
+        self.fail_at = fail_at
+
+    def _stage(self, name: str) -> None:
+        self.calls.append(name)
+        if name == self.fail_at:
+            raise RuntimeError(f"injected at {name}")
+
+    def warm_up(self, entry):
+        self._stage("warm_up")
+
+    def capture(self, entry):
+        self._stage("capture")
+
+    def replay(self, entry, step):
+        self._stage("replay")
+
+    def copy_out(self, entry, rows):
+        self._stage("copy_out")
+        return torch.zeros(rows, CONFIG.vocab_size)
+
+    def _new_entry(self, key):
+        return GraphEntry(key, None, None, None, None, None, None)
+
+    def _discard(self, entry):
+        self.calls.append("discard")
+
+    def _release(self, entries):
+        self.calls.extend(f"release {entry.key.batch}" for entry in entries)
+
+
+@pytest.fixture
+def no_cuda_context(monkeypatch):
+    """``torch.cuda.device(...)`` as a no-op, so the cache's orchestration runs on the CPU."""
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+
+
+def cpu_step(batch: int) -> ARStep:
+    return ARStep(**step_inputs(batch=batch, rows=1))
+
+
+def test_a_call_runs_the_stages_in_order_building_only_on_a_new_key(no_cuda_context):
+    cache = RecordingCache(capacity=2)
+    assert cache(cpu_step(4)).shape == (1, CONFIG.vocab_size)
+    assert cache.calls == ["warm_up", "capture", "replay", "copy_out"]
+    cache.calls.clear()
+    cache(cpu_step(4))
+    assert cache.calls == ["replay", "copy_out"]
+    cache(cpu_step(2))
+    cache.calls.clear()
+    cache(cpu_step(8))  # a third key in a cache of 2: the oldest (batch 4) goes
+    assert cache.calls == ["warm_up", "capture", "release 4", "replay", "copy_out"]
+    assert [key.batch for key in cache.keys()] == [2, 8]
+    assert (cache.stats.captures, cache.stats.hits, cache.stats.replays) == (3, 1, 4)
+    assert cache.stats.evictions == 1
+
+
+@pytest.mark.parametrize("stage", ["warm_up", "capture"])
+def test_a_failed_build_is_discarded_never_stored_and_frees_the_lock(no_cuda_context, stage):
+    cache = RecordingCache(capacity=2, fail_at=stage)
+    with pytest.raises(RuntimeError, match=f"injected at {stage}"):
+        cache(cpu_step(4))
+    assert cache.calls[-1] == "discard" and "replay" not in cache.calls
+    assert cache.keys() == [] and cache.stats.captures == 0 and not cache.lock.locked()
+
+
+@pytest.mark.parametrize("stage", ["replay", "copy_out"])
+def test_a_failed_replay_keeps_the_entry_and_frees_the_lock(no_cuda_context, stage):
+    cache = RecordingCache(capacity=2)
+    cache(cpu_step(4))
+    cache.fail_at = stage
+    with pytest.raises(RuntimeError, match=f"injected at {stage}"):
+        cache(cpu_step(4))
+    assert [key.batch for key in cache.keys()] == [4] and not cache.lock.locked()
+    assert "discard" not in cache.calls
