@@ -167,10 +167,10 @@ def seeded_encoder(config: EncoderConfig, seed: int, device: torch.device | str 
     return seeded_init(lambda: Encoder(config), seed).to(device)
 
 
-M = TypeVar("M", bound="Decoder | Encoder")
+SeededModel = TypeVar("SeededModel", bound="Decoder | Encoder")
 
 
-def seeded_init(build: Callable[[], M], seed: int) -> M:
+def seeded_init(build: Callable[[], SeededModel], seed: int) -> SeededModel:
     """``build()``'s model with weights drawn from a generator of its own seeded with
     ``seed``, in eval mode on the CPU: the same weights from any thread, and the global RNG is
     neither read nor changed. The model is built on the meta device (no default init runs),
