@@ -1,4 +1,4 @@
-"""What the benchmarks run on: the shapes, the workload (reasyn_ref.workload: the default-config
+"""What the benchmarks run on: the shapes, the workload (reasyn_ref.workloads: the default-config
 decoder and its inputs in the sampler's bucketed layout), and the in-run store the ratios are
 computed from."""
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from reasyn_ref.workload import MEMORY_LEN, forward_inputs, make_decoder, make_memory, warm_up
+from reasyn_ref.workloads import MEMORY_LEN, forward_inputs, make_decoder, make_memory, warm_up
 
 __all__ = [
     "FORWARD_KEYS",
