@@ -1,7 +1,8 @@
 """Which GPU this test process uses, and NVML lookups that never trust NVML's numbering.
 
 NVML ignores ``CUDA_VISIBLE_DEVICES`` and numbers GPUs its own way, so a torch device is
-matched to its NVML handle by UUID (or PCI bus id), never by index.
+matched to its NVML handle by UUID (or PCI bus id), never by index. torch and NVML are
+imported where they are used: the xdist binding runs in every session and needs neither.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import functools
 import re
 from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pynvml
-import torch
+if TYPE_CHECKING:
+    import torch
 
 MiB = 1024 * 1024
 
@@ -29,6 +31,10 @@ class NvmlStatus:
 def nvml_status() -> NvmlStatus:
     """Initialise NVML once per process; never raises."""
     try:
+        import pynvml
+    except ImportError as error:
+        return NvmlStatus(False, f"cannot import pynvml (nvidia-ml-py): {error}")
+    try:
         pynvml.nvmlInit()
         return NvmlStatus(True, _text(pynvml.nvmlSystemGetDriverVersion()))
     except pynvml.NVMLError as error:
@@ -39,6 +45,8 @@ def host_gpu_count() -> int | None:
     """GPUs on the host as NVML counts them (no CUDA call, so no context); None without NVML."""
     if not nvml_status().available:
         return None
+    import pynvml
+
     return int(pynvml.nvmlDeviceGetCount())
 
 
@@ -51,6 +59,8 @@ class GpuInfo:
 
 def visible_gpus() -> list[GpuInfo]:
     """The GPUs torch sees; empty, without initialising CUDA, when CUDA is unavailable."""
+    import torch
+
     if not torch.cuda.is_available():
         return []
     found = []
@@ -60,20 +70,18 @@ def visible_gpus() -> list[GpuInfo]:
     return found
 
 
-def parse_device(text: str) -> torch.device:
-    """``cuda:N`` or ``N`` as a torch device; ValueError otherwise."""
-    match = re.fullmatch(r"(?:cuda:)?(\d+)", text.strip())
-    if match is None:
-        raise ValueError("expected cuda:N or N")
-    return torch.device("cuda", int(match.group(1)))
-
-
 @dataclass(frozen=True)
 class DeviceBinding:
-    """The device this process is bound to and how it was chosen (shown in the header)."""
+    """The CUDA device index this process is bound to and how it was chosen (for the header)."""
 
-    device: torch.device
+    index: int
     how: str
+
+    @property
+    def device(self) -> torch.device:
+        import torch
+
+        return torch.device("cuda", self.index)
 
 
 def visible_gpu_entries(cuda_visible_devices: str | None, host_count: int | None) -> list[str]:
@@ -114,13 +122,11 @@ def bind_xdist_worker(worker_id: str, environ: MutableMapping[str, str]) -> Devi
             if outer is None
             else f"CUDA_VISIBLE_DEVICES={outer!r} lists no GPU"
         )
-        return DeviceBinding(
-            torch.device("cuda", 0), f"xdist worker {worker_id}: not bound ({why})"
-        )
+        return DeviceBinding(0, f"xdist worker {worker_id}: not bound ({why})")
     entry = worker_gpu_entry(worker_id, entries)
     environ["CUDA_VISIBLE_DEVICES"] = entry
     return DeviceBinding(
-        torch.device("cuda", 0),
+        0,
         f"xdist worker {worker_id}: CUDA_VISIBLE_DEVICES={entry} (of {','.join(entries)})",
     )
 
@@ -130,6 +136,9 @@ def nvml_handle(device: torch.device) -> object:
 
     Raises LookupError when NVML knows neither (a MIG instance, for one).
     """
+    import pynvml
+    import torch
+
     properties = torch.cuda.get_device_properties(device)
     uuid = "GPU-" + _uuid(properties.uuid)
     bus_id = _pci_bus_id(properties)
@@ -148,6 +157,8 @@ def nvml_handle(device: torch.device) -> object:
 
 def process_used_bytes(handle: object, pid: int) -> int | None:
     """Device memory NVML charges to ``pid`` on this GPU; None when NVML does not list it."""
+    import pynvml
+
     used = [
         process.usedGpuMemory
         for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
@@ -167,6 +178,9 @@ class StrayCheck:
 
 def check_stray_contexts(own_device: torch.device, pid: int, process: str) -> StrayCheck:
     """Every GPU other than ``own_device`` on which NVML lists ``pid`` is a stray."""
+    import pynvml
+    import torch
+
     own_uuid = _uuid(torch.cuda.get_device_properties(own_device).uuid)
     strays, listed = [], False
     for index in range(pynvml.nvmlDeviceGetCount()):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,7 +17,11 @@ _MISSING = object()
 
 @dataclass
 class InjectedFault:
-    """One patched attribute; ``calls`` counts every call, the failing one included."""
+    """One patched attribute; ``calls`` counts every call, the failing one included.
+
+    After ``restore`` the replacement is disarmed: should another patcher put it back (one
+    that recorded it as the value it replaced), calls go straight to the original.
+    """
 
     target: object
     name: str
@@ -24,6 +29,7 @@ class InjectedFault:
     exc: BaseException | type[BaseException]
     calls: int = 0
     raised: bool = False
+    armed: bool = True
     _restore: Callable[[], None] = field(default=lambda: None, repr=False)
 
     def describe(self) -> str:
@@ -46,7 +52,7 @@ class FaultInjector:
     ) -> InjectedFault:
         """Make ``target.name(...)`` raise ``exc`` on its ``on_call``-th call; other calls go
         through. The default ``exc`` is a RuntimeError saying which call was injected."""
-        if not isinstance(on_call, int) or on_call < 1:
+        if not isinstance(on_call, int) or isinstance(on_call, bool) or on_call < 1:
             raise ValueError(f"on_call must be an integer >= 1, got {on_call!r}")
         if exc is None:
             exc = RuntimeError(f"injected fault on call {on_call} of {name}")
@@ -54,24 +60,22 @@ class FaultInjector:
         fault = InjectedFault(target, name, on_call, exc)
 
         def injected(*args: object, **kwargs: object) -> object:
+            if not fault.armed:
+                return original(*args, **kwargs)
             fault.calls += 1
             if fault.calls == on_call:
                 fault.raised = True
                 raise exc
             return original(*args, **kwargs)
 
-        own = getattr(target, "__dict__", {}).get(name, _MISSING)
+        own = _own_value(target, name)
         replacement: object = injected
         static = isinstance(inspect.getattr_static(target, name), (staticmethod, classmethod))
         if inspect.isclass(target) and static:
             # ``original`` is already bound to the class; keep instances from binding it again.
             replacement = staticmethod(injected)
         setattr(target, name, replacement)
-        fault._restore = (
-            (lambda: delattr(target, name))
-            if own is _MISSING
-            else (lambda: setattr(target, name, own))
-        )
+        fault._restore = lambda: _undo(target, name, replacement, own)
         self.faults.append(fault)
         return fault
 
@@ -101,6 +105,53 @@ class FaultInjector:
             )
 
     def restore(self) -> None:
-        """Undo every patch, newest first."""
+        """Undo every patch, newest first; a step that raises does not stop the others, and
+        the first such error is raised once all have run."""
+        errors = []
         while self.faults:
-            self.faults.pop()._restore()
+            fault = self.faults.pop()
+            fault.armed = False
+            try:
+                fault._restore()
+            except Exception as error:
+                errors.append(error)
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise RuntimeError(
+                f"fault_injector: {len(errors)} patches could not be undone: "
+                + "; ".join(repr(error) for error in errors)
+            ) from errors[0]
+
+
+def _own_value(target: object, name: str) -> object:
+    """The value stored on ``target`` itself (its ``__dict__`` or a ``__slots__`` slot), or
+    _MISSING when ``name`` comes from its class."""
+    stored = getattr(target, "__dict__", {})
+    if name in stored:
+        return stored[name]
+    if inspect.isclass(target):
+        return _MISSING
+    for klass in type(target).__mro__:
+        slot = vars(klass).get(name)
+        if isinstance(slot, types.MemberDescriptorType):
+            try:
+                return slot.__get__(target, type(target))
+            except AttributeError:  # a slot never set
+                return _MISSING
+    return _MISSING
+
+
+def _undo(target: object, name: str, replacement: object, own: object) -> None:
+    """Put back what the patch replaced, but only while the patch is still in place.
+
+    If the attribute holds something else, another patcher (monkeypatch) changed it after
+    this patch and has already undone its own change, so its value is the right one: the
+    fault_injector and monkeypatch fixtures are torn down in either order.
+    """
+    if _own_value(target, name) is not replacement:
+        return
+    if own is _MISSING:
+        delattr(target, name)
+    else:
+        setattr(target, name, own)

@@ -8,7 +8,10 @@ Two forms share one comparison engine (``compare_outputs``):
 - ``ParityChecker.run_toggled(body, toggle)``: a whole test body runs with an environment
   toggle "0" and then "1" under identical RNG; what it ``record()``-ed is compared.
 
+A graphed output must also own its memory (``storage_overlaps``): one that shares storage
+with the call's inputs, the eager output or an earlier call's output is a mismatch.
 The engine runs on any device, CPU included; requiring CUDA is the fixture's business.
+torch is imported when the engine is used, so loading the plugin costs nothing.
 """
 
 from __future__ import annotations
@@ -18,30 +21,15 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from pytest_cudagraph.hostsync import host_syncs_allowed
 
+if TYPE_CHECKING:
+    import torch
 
-@dataclass(frozen=True)
-class ParityMark:
-    """The marker's arguments; a seed of None means the configured one (--cudagraph-seed)."""
-
-    toggle: str | None
-    seed: int | None
-
-
-def cuda_graph_parity(toggle: str | None = None, seed: int | None = None) -> ParityMark:
-    """Compare a graphed callable with its eager twin (fixture graph_parity); with
-    toggle=ENV_VAR, run the body with ENV_VAR=0 and =1 and compare what it records."""
-    if toggle is not None and not (isinstance(toggle, str) and toggle.strip()):
-        raise ValueError(f"toggle must name an environment variable, got {toggle!r}")
-    if seed is not None and not (
-        isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0
-    ):
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    return ParityMark(toggle, seed)
+# torch.manual_seed takes a 64-bit unsigned seed; case k is seeded with seed + k.
+MAX_SEED = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -64,10 +52,6 @@ class Mismatch:
         )
 
 
-# Values compared by walking into them rather than with ==.
-_STRUCTURES = (torch.Tensor, Mapping, list, tuple)
-
-
 def compare_outputs(
     expected: object,
     actual: object,
@@ -82,6 +66,8 @@ def compare_outputs(
     Tensors must agree in shape, dtype and values (``|a - b| <= atol + rtol * |b|``, NaN
     equal to NaN; exact when both tolerances are 0); other leaves are compared with ``==``.
     """
+    import torch
+
     first, second = sides
     if isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor):
         return _compare_tensors(expected, actual, rtol, atol, path, sides)
@@ -112,7 +98,9 @@ def compare_outputs(
                 one, other, rtol=rtol, atol=atol, path=f"{path}[{index}]", sides=sides
             )
         return found
-    if isinstance(expected, _STRUCTURES) or isinstance(actual, _STRUCTURES):
+    # Values compared by walking into them rather than with ==.
+    structures = (torch.Tensor, Mapping, list, tuple)
+    if isinstance(expected, structures) or isinstance(actual, structures):
         kinds = f"{type(expected).__name__} in {first}, {type(actual).__name__} in {second}"
         return [Mismatch(path, kinds)]
     if _leaves_equal(expected, actual, rtol, atol):
@@ -148,6 +136,8 @@ def _compare_tensors(
 
 
 def _close(expected: torch.Tensor, actual: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
+    import torch
+
     if rtol == 0 and atol == 0:
         same = expected == actual
         if expected.is_floating_point() or expected.is_complex():
@@ -157,6 +147,8 @@ def _close(expected: torch.Tensor, actual: torch.Tensor, rtol: float, atol: floa
 
 
 def _widen(tensor: torch.Tensor) -> torch.Tensor:
+    import torch
+
     return tensor.to(torch.complex128 if tensor.is_complex() else torch.float64)
 
 
@@ -231,11 +223,65 @@ class ParityResult:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class StorageOverlap:
+    """A graphed output tensor whose memory is also another tensor's."""
+
+    output: str
+    other: str
+
+    def describe(self) -> str:
+        return f"{self.output} shares storage with {self.other}"
+
+
+def storage_overlaps(
+    output: object, others: Mapping[str, object], *, path: str = "output"
+) -> list[StorageOverlap]:
+    """Each tensor in ``output`` whose storage overlaps the storage of a tensor in one of
+    ``others`` (keys describe them, e.g. "eager output"); views count, as they share storage.
+
+    A graphed output that shares memory with its inputs, with the eager result or with an
+    output kept from an earlier call is overwritten by the next replay (or makes a parity
+    check compare a tensor with itself), so the caller must get memory of its own.
+    """
+    extents = [
+        (other_path, _storage_extent(tensor))
+        for name, value in others.items()
+        for other_path, tensor in _tensors(value, name)
+    ]
+    found = []
+    for output_path, tensor in _tensors(output, path):
+        mine = _storage_extent(tensor)
+        for other_path, theirs in extents:
+            if _overlap(mine, theirs):
+                found.append(StorageOverlap(output_path, other_path))
+    return found
+
+
+def _storage_extent(tensor: torch.Tensor) -> tuple[str, int, int] | None:
+    """(device, first byte, end) of the tensor's whole storage; None when it has none."""
+    import torch
+
+    if tensor.layout != torch.strided or tensor.device.type == "meta":
+        return None
+    storage = tensor.untyped_storage()
+    if storage.nbytes() == 0:
+        return None
+    return str(tensor.device), storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+
+
+def _overlap(one: tuple[str, int, int] | None, other: tuple[str, int, int] | None) -> bool:
+    if one is None or other is None or one[0] != other[0]:
+        return False
+    return one[1] < other[2] and other[1] < one[2]
+
+
 class ParityChecker:
     """The parity engine; ``on_result`` sees each result (the fixture fails the test there).
 
     ``seed`` seeds case k with ``seed + k``: the generator handed to ``make_inputs`` and the
-    global CPU and CUDA generators while each side runs.
+    global CPU and CUDA generators while each side runs. ``comparisons`` counts the cases
+    compared so far (a toggled run pair is one), so a caller can tell that nothing was.
     """
 
     def __init__(
@@ -244,11 +290,18 @@ class ParityChecker:
         seed: int = 0,
         on_result: Callable[[ParityResult], None] | None = None,
     ) -> None:
+        import torch
+
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"seed must be an integer, got {seed!r}")
+        if not 0 <= seed <= MAX_SEED:
+            raise ValueError(f"seed must be between 0 and 2**64 - 1, got {seed!r}")
         device = torch.device(device)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self.seed = seed
+        self.comparisons = 0
         self._on_result = on_result
         self._recording: dict[str, list[object]] | None = None
 
@@ -266,26 +319,56 @@ class ParityChecker:
 
         ``make_inputs(generator, case)`` returns the inputs of one call: a dict (keyword
         arguments), a tuple or list (positional arguments) or a single value. ``cases`` is a
-        count (cases 0..n-1) or the case values themselves, e.g. a list of shapes.
+        count (cases 0..n-1) or the case values themselves, e.g. a list of shapes; it must
+        name at least one case. A graphed output sharing storage with that call's inputs,
+        the eager output or an earlier case's graphed output (all kept until the check
+        ends) is a mismatch too.
         """
-        case_values = list(range(cases)) if isinstance(cases, int) else list(cases)
+        case_values = self._case_values(cases)
         outcomes = []
+        kept: dict[str, object] = {}
         for index, case in enumerate(case_values):
             seed = self.seed + index
             # Only the graphed side is held to no_host_sync; the rest is the harness.
             with host_syncs_allowed(self.device):
                 eager_inputs = self._make_seeded(make_inputs, case, seed)
-                shapes = tuple(_tensor_shapes(eager_inputs))
+                shapes = tuple(
+                    f"{path} {tuple(tensor.shape)}" for path, tensor in _tensors(eager_inputs, "")
+                )
                 expected = self._call_seeded(eager, eager_inputs, seed)
                 graphed_inputs = self._make_seeded(make_inputs, case, seed)
             actual = self._call_seeded(graphed, graphed_inputs, seed)
             with host_syncs_allowed(self.device):
-                mismatches = compare_outputs(expected, actual, rtol=rtol, atol=atol)
+                overlaps = storage_overlaps(
+                    actual, {"inputs": graphed_inputs, "eager output": expected, **kept}
+                )
+                mismatches = [
+                    Mismatch(o.output, f"shares storage with {o.other}") for o in overlaps
+                ]
+                mismatches += compare_outputs(expected, actual, rtol=rtol, atol=atol)
+            kept[f"case {index} output"] = actual
             title = f"case {index} of {len(case_values)}"
             if not isinstance(cases, int):
                 title += f" ({case!r})"
             outcomes.append(CaseOutcome(title, shapes, tuple(mismatches)))
+        self.comparisons += len(outcomes)
         return self._finish(ParityResult("cases", tuple(outcomes)))
+
+    def _case_values(self, cases: int | Iterable[object]) -> list[object]:
+        if isinstance(cases, bool) or not isinstance(cases, (int, Iterable)):
+            raise TypeError(f"cases must be a count or an iterable of case values, got {cases!r}")
+        case_values = list(range(cases)) if isinstance(cases, int) else list(cases)
+        if not case_values:
+            raise ValueError(
+                f"cases must name at least one case (a count >= 1 or a non-empty list), "
+                f"got {cases!r}: a check of no cases proves nothing"
+            )
+        if self.seed + len(case_values) - 1 > MAX_SEED:
+            raise ValueError(
+                f"cases: {len(case_values)} cases from seed {self.seed} run past the largest "
+                "seed, 2**64 - 1 (case k is seeded with seed + k)"
+            )
+        return case_values
 
     def run_toggled(self, body: Callable[[], object], toggle: str) -> ParityResult:
         """Run ``body`` with ``toggle`` set to "0" and then "1" and compare what it recorded.
@@ -311,6 +394,7 @@ class ParityChecker:
             nothing = "nothing was recorded; call graph_parity.record(name, value) in the body"
             mismatches = [Mismatch("recorded", nothing)]
         outcome = CaseOutcome(f"runs with {toggle}=0 and =1", (), tuple(mismatches))
+        self.comparisons += 1
         return self._finish(ParityResult("toggle", (outcome,)))
 
     def record(self, name: str, value: object) -> None:
@@ -330,12 +414,16 @@ class ParityChecker:
     def _make_seeded(
         self, make_inputs: Callable[[torch.Generator, object], object], case: object, seed: int
     ) -> object:
+        import torch
+
         # Seeded globally too, so inputs drawn without the generator still match.
         with self._seeded(seed):
             return make_inputs(torch.Generator(device=self.device).manual_seed(seed), case)
 
     @contextmanager
     def _seeded(self, seed: int) -> Iterator[None]:
+        import torch
+
         cuda_devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=cuda_devices, device_type="cuda"):
             torch.default_generator.manual_seed(seed)
@@ -352,20 +440,25 @@ class ParityChecker:
             return function(inputs)
 
 
-def _tensor_shapes(inputs: object, path: str = "") -> Iterator[str]:
-    """'name (8, 64)' for each tensor among the inputs."""
-    if isinstance(inputs, torch.Tensor):
-        yield f"{path or 'input'} {tuple(inputs.shape)}"
-    elif isinstance(inputs, Mapping):
-        for key, value in inputs.items():
-            yield from _tensor_shapes(value, f"{path}[{key!r}]" if path else str(key))
-    elif isinstance(inputs, (tuple, list)):
-        for index, value in enumerate(inputs):
-            yield from _tensor_shapes(value, f"{path or 'args'}[{index}]")
+def _tensors(value: object, path: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """(path, tensor) for each tensor in a value. With an empty path, names read as call
+    arguments: "input" for a lone tensor, "args[0]" positionally, the keyword otherwise."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield path or "input", value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _tensors(item, f"{path}[{key!r}]" if path else str(key))
+    elif isinstance(value, (tuple, list)):
+        for index, item in enumerate(value):
+            yield from _tensors(item, f"{path or 'args'}[{index}]")
 
 
 def _snapshot(value: object) -> object:
     """A copy that later in-place updates (or graph replays) cannot change."""
+    import torch
+
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
     if isinstance(value, Mapping):

@@ -1,53 +1,75 @@
-"""The report header and the "cudagraph" terminal summary, as pure functions of data.
+"""What the plugin reports: the header, the "cudagraph" terminal summary and the JSON results.
 
 Summary data travels as records: a test appends ``("cudagraph_<kind>", value)`` to its
 ``user_properties`` (``record_for_summary``), which xdist carries to the controller with
-the report; the controller gathers them (``records_from``) and renderers turn them into
-lines. Other modules add a section by recording their own kind and registering a
-renderer with ``add_summary_renderer(config, renderer)``.
+the report; the controller gathers them (``records_from``), renderers turn them into
+lines and ``results_document`` into the ``--cudagraph-json`` file. Other modules add a
+section by recording their own kind and registering a renderer with
+``add_summary_renderer(config, renderer)``. torch is imported only by ``stack_facts``.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+import datetime
+import json
+import platform
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import pytest
 
-from pytest_cudagraph.devices import DeviceBinding, GpuInfo, NvmlStatus, StrayCheck
-from pytest_cudagraph.stack import RunningStack
+from pytest_cudagraph import devices
+from pytest_cudagraph.devices import DeviceBinding, StrayCheck
 
 GiB = 1024**3
 RECORD_PREFIX = "cudagraph_"
+JSON_FORMAT = 1
 
 
 @dataclass(frozen=True)
-class Environment:
-    """What the header reports."""
+class StackFacts:
+    """The running stack as the header and the JSON results report it."""
 
-    torch_version: str
-    running: RunningStack
-    nvml: NvmlStatus
-    gpus: list[GpuInfo]
-    stack_mismatches: list[str]
-    binding: DeviceBinding
+    python: str
+    torch: str
+    torch_cuda: str | None
+    driver: str | None
+    nvml: str
+    gpus: list[devices.GpuInfo] = field(default_factory=list)
 
 
-def header_lines(env: Environment) -> list[str]:
-    driver = env.nvml.detail if env.nvml.available else "n/a"
-    gpus = ", ".join(
-        f"{gpu.device} {gpu.name} ({gpu.total_bytes / GiB:.1f} GiB)" for gpu in env.gpus
+def stack_facts() -> StackFacts:
+    """Python, torch, CUDA, driver and the visible GPUs (imports torch; no CUDA context)."""
+    import torch
+
+    nvml = devices.nvml_status()
+    return StackFacts(
+        python=platform.python_version(),
+        torch=torch.__version__,
+        torch_cuda=torch.version.cuda,
+        driver=nvml.detail if nvml.available else None,
+        nvml="ok" if nvml.available else f"unavailable ({nvml.detail})",
+        gpus=devices.visible_gpus(),
     )
-    nvml = "ok" if env.nvml.available else f"unavailable ({env.nvml.detail})"
-    pinned = "no (" + "; ".join(env.stack_mismatches) + ")" if env.stack_mismatches else "yes"
-    return [
-        f"cudagraph: python {env.running.python}, torch {env.torch_version}, "
-        f"torch CUDA {env.running.cuda or 'none'}, driver {driver}",
-        f"cudagraph: GPUs: {gpus or 'none (torch.cuda.is_available() is False)'}",
-        f"cudagraph: NVML: {nvml}; pinned stack: {pinned}",
-        f"cudagraph: device {env.binding.device} ({env.binding.how})",
-    ]
+
+
+def header_lines(facts: StackFacts, binding: DeviceBinding) -> list[str]:
+    """What the run uses, naming only devices that exist."""
+    build = f"torch {facts.torch}" + (
+        f" with CUDA {facts.torch_cuda}" if facts.torch_cuda else " (CPU build, no CUDA)"
+    )
+    lines = [f"cudagraph: python {facts.python}, {build}, NVIDIA driver {facts.driver or 'none'}"]
+    if not facts.gpus:
+        lines.append("cudagraph: no GPU visible to torch, so tests that need CUDA skip")
+        return lines
+    gpus = ", ".join(
+        f"{gpu.device} {gpu.name} ({gpu.total_bytes / GiB:.1f} GiB)" for gpu in facts.gpus
+    )
+    lines.append(f"cudagraph: GPUs {gpus}; NVML {facts.nvml}")
+    lines.append(f"cudagraph: tests use {binding.device} ({binding.how})")
+    return lines
 
 
 @dataclass(frozen=True)
@@ -72,61 +94,28 @@ def add_summary_renderer(config: pytest.Config, renderer: SummaryRenderer) -> No
     config.stash.setdefault(SUMMARY_RENDERERS, []).append(renderer)
 
 
-def records_from(report: pytest.TestReport, marker_names: Iterable[str]) -> list[SummaryRecord]:
-    """The records in one test report; a skip of a test carrying one of our markers is one too."""
+def records_from(report: pytest.TestReport | pytest.CollectReport) -> list[SummaryRecord]:
+    """The records in one report; every skip is one too (so the summary counts what pytest
+    counts)."""
     records = []
-    if report.when == "call":
+    if getattr(report, "when", None) == "call":
         for name, value in report.user_properties:
             if name.startswith(RECORD_PREFIX):
                 records.append(
                     SummaryRecord(name.removeprefix(RECORD_PREFIX), report.nodeid, value)
                 )
     reason = skip_reason(report)
-    if reason is not None and any(name in report.keywords for name in marker_names):
+    if reason is not None:
         records.append(SummaryRecord("skip", report.nodeid, reason))
     return records
 
 
-def skip_reason(report: pytest.TestReport) -> str | None:
+def skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str | None:
     """Why a test skipped; None when it did not (or xfailed: an xfail's longrepr is a
     traceback, a skip's is (path, line, reason))."""
     if not (report.skipped and isinstance(report.longrepr, tuple)):
         return None
     return str(report.longrepr[2]).removeprefix("Skipped: ")
-
-
-def parity_lines(records: Sequence[SummaryRecord]) -> list[str]:
-    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-    for record in records:
-        if record.kind == "parity":
-            counts = totals[record.nodeid, record.value["form"]]
-            counts[0] += record.value["checked"]
-            counts[1] += record.value["passed"]
-    if not totals:
-        return []
-    checked = sum(counts[0] for counts in totals.values())
-    passed = sum(counts[1] for counts in totals.values())
-    lines = [f"parity: {passed} of {checked} checked cases match"]
-    for (nodeid, form), (test_checked, test_passed) in totals.items():
-        unit = "cases" if form == "cases" else "toggled run pairs"
-        lines.append(f"  {nodeid}: {test_passed} of {test_checked} {unit} match")
-    return lines
-
-
-def memory_lines(records: Sequence[SummaryRecord]) -> list[str]:
-    lines = []
-    for record in records:
-        if record.kind == "memory":
-            figures = record.value
-            verdict = "ok" if figures["passed"] else "OVER"
-            lines.append(
-                f"  {record.nodeid} on {figures['device']}: {figures['growth_mib']:+.1f} MiB "
-                f"of {figures['bound_mib']:g} MiB bound {verdict}; "
-                f"peak {figures['peak_growth_mib']:+.1f} MiB; "
-                f"torch reserved {figures['torch_reserved_growth_mib']:+.1f} MiB, "
-                f"outside torch {figures['outside_torch_growth_mib']:+.1f} MiB"
-            )
-    return ["memory growth across the test body (NVML, this process):", *lines] if lines else []
 
 
 def skip_lines(records: Sequence[SummaryRecord]) -> list[str]:
@@ -137,9 +126,6 @@ def skip_lines(records: Sequence[SummaryRecord]) -> list[str]:
         "skips by reason:",
         *(f"  {count} x {reason}" for reason, count in reasons.most_common()),
     ]
-
-
-BUILTIN_RENDERERS: tuple[SummaryRenderer, ...] = (parity_lines, memory_lines, skip_lines)
 
 
 def stray_lines(checks: Sequence[StrayCheck], mode: str) -> list[str]:
@@ -162,6 +148,43 @@ def summary_lines(
     stray_mode: str,
 ) -> list[str]:
     lines = []
-    for renderer in (*BUILTIN_RENDERERS, *renderers):
+    for renderer in renderers:
         lines += renderer(records)
-    return lines + stray_lines(stray_checks, stray_mode)
+    return lines + skip_lines(records) + stray_lines(stray_checks, stray_mode)
+
+
+def results_document(
+    records: Sequence[SummaryRecord],
+    facts: StackFacts | None,
+    pinned_stack: Mapping[str, object] | None,
+    conformance: Mapping[str, object] | None,
+    stray_checks: Sequence[StrayCheck],
+) -> dict[str, object]:
+    """The session's results as plain data (``--cudagraph-json``); see docs/plugin.md."""
+    by_kind: dict[str, list[dict[str, object]]] = {}
+    for record in records:
+        if record.kind != "skip":
+            by_kind.setdefault(record.kind, []).append(
+                {"nodeid": record.nodeid, "value": record.value}
+            )
+    skips = Counter(record.value for record in records if record.kind == "skip")
+    return {
+        "format": JSON_FORMAT,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "stack": asdict(facts) if facts is not None else None,
+        "pinned_stack": pinned_stack,
+        "parity": by_kind.pop("parity", []),
+        "memory": by_kind.pop("memory", []),
+        "conformance": conformance,
+        "skips": {
+            "total": sum(skips.values()),
+            "by_reason": [{"reason": reason, "count": n} for reason, n in skips.most_common()],
+        },
+        "stray_contexts": [asdict(check) for check in stray_checks],
+        "other_records": by_kind,
+    }
+
+
+def write_json(path: Path, document: Mapping[str, object]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2, default=str) + "\n")

@@ -1,48 +1,108 @@
-"""The plugin's settings and the one place that resolves them.
+"""The plugin's settings: one table, resolved once per session into a frozen snapshot.
 
 Every setting can be given four ways; the first one present wins:
 
     marker argument  >  command line  >  environment  >  ini file  >  built-in default
 
 Command-line options default to ``None`` so that an absent flag never hides an ini or
-environment value (pytest-memray's bug #135 is a CLI default of False that does).
+environment value (pytest-memray's bug #135 is a CLI default of False that does). Ini values
+may be strings or, in pytest 9.2's native ``[tool.pytest]`` TOML table, numbers and lists.
+This module imports neither torch nor NVML: it runs in every pytest session.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import pytest
+from packaging.version import Version
 
-from pytest_cudagraph.devices import parse_device
+from pytest_cudagraph import stack
+
+# pytest 9.2 takes type expressions (``int``, ``float | str``) for ini keys, so that a native
+# TOML number or list is accepted; older versions read every key here as a string.
+TYPED_INI = Version(pytest.__version__).release >= (9, 2)
+
+# Seeds are handed to torch.manual_seed (at most 2**64 - 1) as seed + case number.
+MAX_SEED = 2**63 - 1
+UNITS = {"KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
 
 
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(f"must be 0 or more, got {value}")
+def check_seed(value: object) -> int:
+    """An int in [0, 2**63 - 1]: case k runs under torch.manual_seed(seed + k), which takes
+    at most 2**64 - 1."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"seed must be an integer, got {value!r}")
+    if not 0 <= value <= MAX_SEED:
+        raise ValueError(
+            f"seed must be in [0, 2**63 - 1] (case k runs under torch.manual_seed(seed + k)), "
+            f"got {value}"
+        )
     return value
 
 
-def _positive_number(text: str) -> float:
-    value = float(text)
+def parse_seed(value: object) -> int:
+    """A seed given as an int or as a string of digits."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    return check_seed(value)
+
+
+def parse_mib(value: object) -> float:
+    """A positive size in MiB: a number (MiB) or a string with a binary unit, as in "512MiB",
+    "1.5GiB", "256KiB". Decimal units (MB, GB) are refused: NVML and torch count in binary."""
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", value)
+        if match is None or match.group(2) not in ("", *UNITS):
+            raise ValueError(
+                f"must be a number of MiB or a size with a unit KiB, MiB or GiB "
+                f"(e.g. 512MiB, 1.5GiB), got {value!r}"
+            )
+        value = float(match.group(1)) * UNITS.get(match.group(2) or "MiB", 1.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(
+            f"must be a number of MiB or a size string such as '512MiB', got {value!r}"
+        )
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"must be a positive number, got {text}")
-    return value
+        raise ValueError(f"must be a positive size, got {value!r}")
+    return float(value)
+
+
+def as_text(value: object) -> str:
+    return value if isinstance(value, str) else str(value)
+
+
+def as_words(value: object) -> tuple[str, ...]:
+    """A list (native TOML, ini ``args``) or a shell-like string of words."""
+    if isinstance(value, str):
+        return tuple(shlex.split(value))
+    if isinstance(value, (list, tuple)) and all(isinstance(word, str) for word in value):
+        return tuple(value)
+    raise ValueError(f"must be a list of strings or a string of words, got {value!r}")
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting: ``--cudagraph-NAME``, env ``PYTEST_CUDAGRAPH_NAME``, ini ``cudagraph_NAME``."""
+    """One setting: ``--cudagraph-NAME``, env ``PYTEST_CUDAGRAPH_NAME``, ini ``cudagraph_NAME``.
+
+    ``parse`` turns a given value (a string, or a native TOML value) into the setting's value
+    and raises ValueError for a bad one; ``ini_type`` is the ini key's type where pytest
+    supports typed keys.
+    """
 
     name: str
     help: str
     default: str | None = None
     choices: tuple[str, ...] | None = None
-    parse: Callable[[str], object] = str
+    parse: Callable[[object], object] = as_text
+    ini_type: object = str
+    metavar: str | None = None
 
     @property
     def option(self) -> str:
@@ -61,11 +121,20 @@ class Setting:
         return "PYTEST_CUDAGRAPH_" + self.name.upper()
 
 
+def _device_index(value: object) -> int:
+    """``cuda:N`` or ``N`` -> N."""
+    match = re.fullmatch(r"(?:cuda:)?(\d+)", as_text(value).strip())
+    if match is None:
+        raise ValueError("expected cuda:N or N")
+    return int(match.group(1))
+
+
 DEVICE = Setting(
     "device",
     "CUDA device this test process is bound to, as cuda:N or N (default: under xdist "
     "worker gwN the N-th visible GPU, else cuda:0)",
-    parse=parse_device,
+    parse=_device_index,
+    ini_type=int | str if TYPED_INI else str,
 )
 STACK = Setting(
     "stack",
@@ -73,6 +142,14 @@ STACK = Setting(
     "any: run them anyway",
     default="pinned",
     choices=("pinned", "any"),
+)
+PINNED_STACK = Setting(
+    "pinned_stack",
+    "the stack pinned_stack tests need, as words like python~=3.10.0 torch~=2.7.0 cuda~=11.8 "
+    "(a component name followed by PEP 440 specifiers; quote a word with spaces)",
+    default=" ".join(stack.DEFAULT_PINNED_STACK),
+    parse=lambda value: stack.parse_pinned_stack(as_words(value)),
+    ini_type="args",
 )
 STRAY_CONTEXTS = Setting(
     "stray_contexts",
@@ -82,17 +159,41 @@ STRAY_CONTEXTS = Setting(
 )
 SEED = Setting(
     "seed",
-    "seed of the RNG under which cuda_graph_parity runs both sides",
+    "seed of the RNG under which cuda_graph_parity runs both sides, in [0, 2**63 - 1]",
     default="0",
-    parse=_non_negative_int,
+    parse=parse_seed,
+    ini_type=int | str if TYPED_INI else str,
 )
-MEMORY_BOUND_MIB = Setting(
-    "memory_bound_mib",
-    "bound in MiB for graph_memory_bound markers given without one",
-    parse=_positive_number,
+MEMORY_BOUND = Setting(
+    "memory_bound",
+    "bound for graph_memory_bound markers given without one: MiB, or a size such as 512MiB "
+    "or 1.5GiB",
+    parse=parse_mib,
+    ini_type=float | str if TYPED_INI else str,
+    metavar="SIZE",
+)
+JSON = Setting(
+    "json",
+    "write the session's cudagraph results (parity, memory, conformance, stack, skips) to "
+    "this JSON file",
+    metavar="PATH",
+)
+TARGET = Setting(
+    "target",
+    "conformance target: an installed name (python -m pytest_cudagraph.target lists them) or "
+    "module:factory (default: the one installed target)",
 )
 
-SETTINGS: tuple[Setting, ...] = (DEVICE, STACK, STRAY_CONTEXTS, SEED, MEMORY_BOUND_MIB)
+SETTINGS: tuple[Setting, ...] = (
+    DEVICE,
+    STACK,
+    PINNED_STACK,
+    STRAY_CONTEXTS,
+    SEED,
+    MEMORY_BOUND,
+    JSON,
+    TARGET,
+)
 
 
 @dataclass(frozen=True)
@@ -101,6 +202,11 @@ class Resolved:
 
     value: object
     source: str
+
+    @property
+    def given(self) -> bool:
+        """Whether the user gave it (any source but the built-in default)."""
+        return self.source != "default"
 
 
 def add_to_parser(parser: pytest.Parser, setting: Setting) -> None:
@@ -111,9 +217,11 @@ def add_to_parser(parser: pytest.Parser, setting: Setting) -> None:
         dest=setting.dest,
         default=None,
         choices=setting.choices,
+        metavar=setting.metavar,
         help=f"{help_text}; env {setting.env}, ini {setting.ini}",
     )
-    parser.addini(setting.ini, help=help_text, default=None)
+    ini_type = setting.ini_type if TYPED_INI or setting.ini_type == "args" else None
+    parser.addini(setting.ini, help=help_text, type=ini_type, default=None)
 
 
 def resolve(config: pytest.Config, setting: Setting, marker_value: object = None) -> Resolved:
@@ -126,20 +234,57 @@ def resolve(config: pytest.Config, setting: Setting, marker_value: object = None
     candidates = (
         (config.getoption(setting.dest, None), setting.option),
         (os.environ.get(setting.env) or None, setting.env),
-        (config.getini(setting.ini) or None, f"ini {setting.ini}"),
+        (_ini_value(config, setting), f"ini {setting.ini}"),
     )
-    for text, source in candidates:
-        if text is not None:
-            return Resolved(_parse(setting, str(text), source), source)
+    for given, source in candidates:
+        if given is not None:
+            return Resolved(_parse(setting, given, source), source)
     if setting.default is None:
         return Resolved(None, "default")
     return Resolved(_parse(setting, setting.default, "default"), "default")
 
 
-def _parse(setting: Setting, text: str, source: str) -> object:
-    if setting.choices is not None and text not in setting.choices:
-        raise pytest.UsageError(f"{source}={text!r}: choose one of {', '.join(setting.choices)}")
+def _ini_value(config: pytest.Config, setting: Setting) -> object:
+    value = config.getini(setting.ini)
+    return None if value in (None, "", []) else value
+
+
+def _parse(setting: Setting, given: object, source: str) -> object:
+    if setting.choices is not None and given not in setting.choices:
+        raise pytest.UsageError(f"{source}={given!r}: choose one of {', '.join(setting.choices)}")
     try:
-        return setting.parse(text)
+        return setting.parse(given)
     except ValueError as error:
-        raise pytest.UsageError(f"{source}={text!r}: {error}") from None
+        raise pytest.UsageError(f"{source}={given!r}: {error}") from None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every setting resolved once, at configure time (``snapshot(config)`` reads it back)."""
+
+    resolved: Mapping[str, Resolved] = field(default_factory=dict)
+
+    def __getitem__(self, setting: Setting) -> Resolved:
+        return self.resolved[setting.name]
+
+    def value(self, setting: Setting, marker_value: object = None) -> object:
+        """The marker's value where the marker gave one, else the session's."""
+        return self[setting].value if marker_value is None else marker_value
+
+    def given(self) -> list[str]:
+        """The options the user gave, as they were given (for "is the plugin used?")."""
+        return [resolved.source for resolved in self.resolved.values() if resolved.given]
+
+
+SNAPSHOT = pytest.StashKey[Snapshot]()
+
+
+def take_snapshot(config: pytest.Config) -> Snapshot:
+    """Resolve every setting (a bad value is a usage error now, not mid-run) and stash them."""
+    resolved = {setting.name: resolve(config, setting) for setting in SETTINGS}
+    snapshot = config.stash[SNAPSHOT] = Snapshot(MappingProxyType(resolved))
+    return snapshot
+
+
+def snapshot(config: pytest.Config) -> Snapshot:
+    return config.stash[SNAPSHOT]

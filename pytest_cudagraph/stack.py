@@ -12,7 +12,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-import torch as _torch
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
@@ -33,10 +32,12 @@ class RunningStack:
 
 def running_stack() -> RunningStack:
     """The stack this process runs, with torch's local suffix dropped (2.7.1+cu126 is 2.7.1)."""
+    import torch
+
     return RunningStack(
         python=platform.python_version(),
-        torch=Version(_torch.__version__).public,
-        cuda=_torch.version.cuda,
+        torch=Version(torch.__version__).public,
+        cuda=torch.version.cuda,
     )
 
 
@@ -53,7 +54,8 @@ def parse_specifiers(component: str, text: str) -> SpecifierSet:
 
 
 def parse_pinned_stack(entries: Iterable[str]) -> dict[str, SpecifierSet]:
-    """Parse entries like ``python~=3.10.0``; components not named are not pinned."""
+    """Parse entries like ``python~=3.10.0``; components not named are not pinned, and a
+    component named twice is an error (which one should win is not the parser's guess)."""
     pinned = {}
     for entry in entries:
         match = re.fullmatch(r"\s*([a-z]+)\s*(.*)", entry)
@@ -62,17 +64,13 @@ def parse_pinned_stack(entries: Iterable[str]) -> dict[str, SpecifierSet]:
                 f"cannot read pinned-stack entry {entry!r}, expected e.g. torch~=2.7.0"
             )
         component, text = match.groups()
+        if component in pinned:
+            raise ValueError(
+                f"component {component!r} is pinned twice ({component}{pinned[component]} and "
+                f"{entry.strip()}); give each component once"
+            )
         pinned[component] = parse_specifiers(component, text)
     return pinned
-
-
-def pinned_stack(
-    *, python: str | None = None, torch: str | None = None, cuda: str | None = None
-) -> dict[str, SpecifierSet]:
-    """Skip unless the running stack matches the pinned one (ini cudagraph_pinned_stack);
-    PEP 440 specifiers given here override it per component."""
-    given = {"python": python, "torch": torch, "cuda": cuda}
-    return {name: parse_specifiers(name, text) for name, text in given.items() if text is not None}
 
 
 def mismatches(pinned: Mapping[str, SpecifierSet], running: RunningStack) -> list[str]:

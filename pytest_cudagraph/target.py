@@ -41,11 +41,7 @@ if TYPE_CHECKING:
     import torch
 
 ENTRY_POINT_GROUP = "pytest_cudagraph.targets"
-TARGET = settings.Setting(
-    "target",
-    "conformance target: an installed name (python -m pytest_cudagraph.target lists them) or "
-    "module:factory (default: the one installed target)",
-)
+TARGET = settings.TARGET
 
 # The stages a fault is injected into by the lock-safety check; a target may name more.
 FAULT_STAGES = ("warm_up", "capture", "replay")

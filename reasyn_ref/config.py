@@ -14,6 +14,7 @@ class _TransformerConfig:
     stored in checkpoints."""
 
     def _check_widths(self) -> None:
+        _check_types(self)
         _check_positive(
             self, "d_model", "nhead", "dim_feedforward", "num_layers", "vocab_size", "max_len"
         )
@@ -25,6 +26,7 @@ class _TransformerConfig:
 
     @classmethod
     def from_dict(cls: type[C], data: dict[str, Any]) -> C:
+        """The config stored as ``to_dict()``; unknown fields and wrong types are refused."""
         return cls(**_known_fields(cls, data))
 
 
@@ -85,19 +87,40 @@ class EncoderConfig(_TransformerConfig):
         return cls(d_model=32, nhead=4, dim_feedforward=64, num_layers=2)
 
 
+def _check_types(config: object) -> None:
+    """Every field has its annotated type: an int field takes no bool or float (``2.5`` or
+    ``True`` as a token id would load, and a float end token would never be sampled)."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.type == "bool":
+            ok = isinstance(value, bool)
+        elif f.type == "int":
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:  # tuple[int, int]
+            ok = (
+                isinstance(value, tuple)
+                and len(value) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            )
+        if not ok:
+            raise TypeError(f"{type(config).__name__}.{f.name} must be {f.type}, got {value!r}")
+
+
 def _check_positive(config: object, *names: str) -> None:
     for name in names:
         value = getattr(config, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        if value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def _known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+def _known_fields(cls: type, data: object) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise TypeError(f"a {cls.__name__} must be given as a dict, got {type(data).__name__}")
     names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
+    unknown = sorted(set(data) - names, key=repr)
     if unknown:
-        raise ValueError(f"unknown {cls.__name__} fields: {', '.join(unknown)}")
+        raise ValueError(f"unknown {cls.__name__} fields: {', '.join(map(str, unknown))}")
     out = dict(data)
-    if "reaction_tokens" in out:
+    if isinstance(out.get("reaction_tokens"), list):  # what a stored tuple reads back as
         out["reaction_tokens"] = tuple(out["reaction_tokens"])
     return out

@@ -12,22 +12,25 @@ TOGGLES = {
     "REASYN_CUDAGRAPH": False,
 }
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
-
 
 def resolve_toggle(name: str, explicit: bool | None) -> bool:
-    """explicit if given, else the environment variable, else the upstream default."""
+    """``explicit`` if given, else the environment variable, else the upstream default.
+
+    The variable must be "0" or "1" (surrounding whitespace ignored); unset, empty or blank
+    means the default. Anything else ("yes", "true", "2") is refused naming the variable.
+    """
     if name not in TOGGLES:
         raise ValueError(f"unknown toggle {name!r}; known: {', '.join(TOGGLES)}")
     if explicit is not None:
-        return bool(explicit)
-    raw = os.environ.get(name)
-    if raw is None:
+        if not isinstance(explicit, bool):
+            raise TypeError(f"{name}: an explicit setting must be a bool or None, got {explicit!r}")
+        return explicit
+    value = os.environ.get(name, "").strip()
+    if value == "":
         return TOGGLES[name]
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ValueError(f"environment variable {name}={raw!r} must be 0 or 1")
+    if value not in ("0", "1"):
+        raise ValueError(
+            f"environment variable {name}={os.environ[name]!r} must be 0 or 1 "
+            f"(or unset/empty for the default, {int(TOGGLES[name])})"
+        )
+    return value == "1"

@@ -1,36 +1,24 @@
-"""A per-shape CUDA-graph cache around the decoder's AR step.
+"""A per-shape CUDA-graph cache around the decoder's bf16 AR step.
 
-One graph per ``GraphKey``: every shape and layout the forward depends on is in the key, and
-every tensor it reads (tokens, gather, memory and its padding mask) is a static buffer
-refreshed on each call. Upstream baked the encoder memory into its graphs, so a new target with
-a cached shape silently got the old target's logits; here a call with new memory on a cached
-key gets the new answer.
+One graph per ``GraphKey`` of an ``ARStep``: every shape and layout the forward depends on is
+in the key, and every tensor it reads (tokens, gather, memory and its padding mask) is a
+static buffer refreshed on each call, so a new target on a cached key gets its own answer
+(upstream baked the memory into its graphs). A replay runs exactly the eager step
+``model.ar_step_logits(..., bf16=True)`` on the same inputs, so its logits are bit-identical
+to eager. The graphs run a copy of the decoder with bf16 matmul weights
+(``model.with_bf16_matmul_weights``; same results, fewer kernels), taken when the cache is
+built: after changing the decoder's weights, build a new cache.
 
-A graph replays exactly the eager step ``model.ar_step_logits(..., bf16=True)`` (bf16 autocast
-with its weight cache off) on the same inputs, so its logits are bit-identical to eager. The
-cache only runs that bf16 path; the sampler refuses graphs with bf16 off. The graphs run a copy
-of the decoder whose matmul weights are stored in bf16 (``model.with_bf16_matmul_weights``):
-autocast would cast them to the very same values on every step, so the results do not change,
-but a third of each graph's kernels (one cast per weight) go away. That copy is taken when the
-cache is built: after changing the decoder's weights, build a new cache.
-
-Bit-identity needs the memory's layout, not just its shape: the cross-attention projects the
-memory with one fused matmul-plus-bias when the bf16 copy of it is contiguous, and with a
-matmul and a separate bias add (rounded twice) when it is not, and an expanded memory (one
-target viewed over the batch, as the sampler passes it) and a per-row memory take different
-paths. So the key says which one the call holds (``shared_memory``): a shared memory is staged
-as one [1, M, d] row and expanded in the graph, as eager sees it; a per-row memory is staged
-contiguous [B, M, d]. The padding mask is only ever turned into a new additive mask, so its
-layout does not matter and it is always staged as [B, M].
-
-Memory length must be a multiple of 64 (the memory bucket; the encoder's max_len 256 is one):
-callers pad each target's memory, with the padding masked, so that targets of different lengths
-share graphs. Any other shape in a key must be a bucket too (``bucketing``).
+Bit-identity also needs the memory's layout: one target's memory expanded over the batch (as
+the sampler passes it) and a memory per row take different matmul paths, so the key says which
+(``shared_memory``), and a shared memory is staged as one [1, M, d] row and expanded in the
+graph, as eager sees it. Memory length must be a multiple of 64 (the memory bucket): callers
+pad each target's memory, masked. Any other shape in a key must be a bucket too.
 
 Graphs live in an LRU of ``capacity`` entries, each in its own private memory pool (a pool
 shared between graphs is only safe when they replay in capture order). All work runs on the
-decoder's device, whatever device is current: warm-ups and capture on a side stream created
-once per cache, replay and the output copy on the device's current stream.
+decoder's device: warm-ups and capture on a side stream created once per cache, replay and the
+output copy on the device's current stream.
 """
 
 from __future__ import annotations
@@ -41,14 +29,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Generic, NamedTuple, TypeVar
+from typing import Generic, TypeVar
 
 import torch
 from torch import Tensor, nn
 
 from .bucketing import SEQ_BUCKET, is_batch_bucket, is_seq_bucket
+from .checks import check_count
 from .config import DecoderConfig
-from .model import check_decoder_inputs, step_context, with_bf16_matmul_weights
+from .model import step_context, with_bf16_matmul_weights
+from .step import ARStep, GraphKey, as_step
 
 MEMORY_BUCKET = SEQ_BUCKET
 
@@ -103,17 +93,6 @@ class LRU(Generic[K, V]):
         return key in self._items
 
 
-class GraphKey(NamedTuple):
-    """Every shape and layout one captured forward depends on. ``shared_memory``: the memory
-    is one target's expanded over the batch (batch stride 0, batch > 1)."""
-
-    batch: int
-    seq: int
-    memory_len: int
-    has_mask: bool
-    shared_memory: bool = False
-
-
 @dataclass
 class CacheStats:
     """Counters of one GraphCache. ``evictions`` counts capacity evictions, not ``clear()``;
@@ -128,8 +107,10 @@ class CacheStats:
 
 
 @dataclass(eq=False)
-class _Entry:
-    """One captured graph, its private pool, the static inputs it reads and the output it writes."""
+class GraphEntry:
+    """One captured graph, its private pool, the static inputs it reads and the output it
+    writes. ``memory`` is [1, M, d] for a shared-memory key (expanded in the graph), else
+    [B, M, d]; ``memory_padding_mask`` is None for a key without a mask."""
 
     key: GraphKey
     graph: torch.cuda.CUDAGraph | None
@@ -150,18 +131,23 @@ class _Entry:
 
 
 class GraphCache:
-    """CUDA graphs of ``decoder``'s bf16 AR step, one per input shape, LRU-bounded.
+    """CUDA graphs of ``decoder``'s bf16 AR step, one per step key, LRU-bounded.
 
-    Call it like the eager step, with inputs already in the bucketed layout on the decoder's
-    device: ``cache(tokens, memory, memory_padding_mask, gather, rows=B)`` returns fp32 logits
-    [rows, vocab] of the real rows, a tensor of its own that later calls never overwrite.
-    Thread-safe: one lock (``.lock``) covers lookup, capture and replay.
+    ``cache(step)`` takes an ``ARStep`` in the bucketed layout on the decoder's device and
+    returns fp32 logits [step.rows, vocab], a tensor of its own that later calls never
+    overwrite. Thread-safe: one lock (``.lock``) covers lookup, capture and replay.
 
-    Failures leave the cache consistent: an error while building a graph (``_warm_up``,
-    ``_capture``) discards the half-built entry before it is ever stored; an error in
-    ``_replay`` or ``_copy_out`` keeps the stored entry, which stays valid because every call
-    refreshes all of its inputs before replaying.
+    Stages. A call runs, under the lock, ``STAGES`` in order: on a key not yet cached
+    ``warm_up(entry)`` and ``capture(entry)`` (both run ``static_step(entry)``, the forward on
+    the entry's static inputs), then ``replay(entry, step)`` and ``copy_out(entry, rows)``.
+    They are public and part of the contract: tests, fault injection and subclasses may wrap
+    them. Failures leave the cache consistent: an error while building (warm-up, capture)
+    discards the half-built entry before it is ever stored; an error in replay or copy-out
+    keeps the stored entry, which stays valid because every call refreshes all of its inputs
+    before replaying.
     """
+
+    STAGES = ("warm_up", "capture", "replay", "copy_out")
 
     def __init__(
         self,
@@ -198,7 +184,7 @@ class GraphCache:
         self.memory_dtype = weight.dtype
         self.lock = threading.Lock()
         self.stats = CacheStats()
-        self._lru: LRU[GraphKey, _Entry] = LRU(capacity)
+        self._lru: LRU[GraphKey, GraphEntry] = LRU(capacity)
         with torch.cuda.device(device):
             self._side_stream = torch.cuda.Stream(device=device)
             # What the graphs run: bit-identical to the decoder under bf16 autocast, fewer
@@ -215,27 +201,13 @@ class GraphCache:
         return self._lru.keys()
 
     def __call__(
-        self,
-        tokens: Tensor,
-        memory: Tensor,
-        memory_padding_mask: Tensor | None,
-        gather: Tensor,
-        *,
-        rows: int,
+        self, step: ARStep | Tensor, *loose: Tensor | None, rows: int | None = None
     ) -> Tensor:
-        """fp32 logits [rows, vocab] of one AR step, from this shape's graph (captured on first
-        use). Inputs: tokens long [Bb, Lb], memory [Bb, M, d] (an expanded view is fine),
-        memory_padding_mask bool [Bb, M] or None, gather long [Bb]; rows <= Bb are real."""
-        key = check_graph_inputs(
-            self.config,
-            self.device,
-            self.memory_dtype,
-            tokens,
-            memory,
-            memory_padding_mask,
-            gather,
-            rows=rows,
-        )
+        """fp32 logits [step.rows, vocab] of one AR step, from its key's graph (captured on
+        first use). ``cache(tokens, memory, memory_padding_mask, gather, rows=...)``, the form
+        before ARStep, is still accepted."""
+        step = as_step(step, loose, rows)
+        key = check_graph_step(self.config, self.device, self.memory_dtype, step)
         with self.lock, torch.cuda.device(self.device):
             entry = self._lru.get(key)
             if entry is None:
@@ -245,22 +217,73 @@ class GraphCache:
                 self._release([old for _, old in evicted])
             else:
                 self.stats.hits += 1
-            self._replay(entry, tokens, memory, memory_padding_mask, gather)
+            self.replay(entry, step)
             self.stats.replays += 1
-            return self._copy_out(entry, rows)
+            return self.copy_out(entry, step.rows)
 
     def clear(self) -> None:
         """Drop every graph and give its memory back."""
         with self.lock, torch.cuda.device(self.device):
             self._release([entry for _, entry in self._lru.pop_all()])
 
-    def _build(self, key: GraphKey) -> _Entry:
+    # --- stages (public: see the class docstring) ----------------------------------------
+
+    def static_step(self, entry: GraphEntry) -> Tensor:
+        """The eager step's forward on the entry's static inputs: what warm-ups run and the
+        capture records."""
+        memory = entry.memory.expand(entry.key.batch, -1, -1)  # a view; no-op for per-row memory
+        with step_context(self.device, bf16=True):
+            return self._graph_decoder(
+                entry.tokens, memory, entry.memory_padding_mask, entry.gather
+            )
+
+    def warm_up(self, entry: GraphEntry) -> None:
+        """Run the forward on the side stream first, so that lazy initialisation (cuBLAS
+        handles, workspaces, kernel loading) happens before the capture, not inside it."""
+        caller_stream = torch.cuda.current_stream()
+        self._side_stream.wait_stream(caller_stream)
+        with torch.cuda.stream(self._side_stream):
+            for _ in range(self.warmups):
+                self.static_step(entry)
+        caller_stream.wait_stream(self._side_stream)
+
+    def capture(self, entry: GraphEntry) -> None:
+        """Record ``static_step`` into the entry's graph, in its private pool."""
+        caller_stream = torch.cuda.current_stream()
+        try:
+            with torch.cuda.graph(
+                entry.graph,
+                pool=entry.pool,
+                stream=self._side_stream,
+                capture_error_mode=CAPTURE_ERROR_MODE,
+            ):
+                entry.logits = self.static_step(entry)
+        finally:
+            # torch.cuda.graph skips restoring the caller's stream when ending the capture fails.
+            torch.cuda.set_stream(caller_stream)
+
+    def replay(self, entry: GraphEntry, step: ARStep) -> None:
+        """Refresh every static input from ``step``, then replay, on the current stream."""
+        entry.tokens.copy_(step.tokens)
+        entry.memory.copy_(step.memory[:1] if entry.key.shared_memory else step.memory)
+        if step.memory_padding_mask is not None:
+            entry.memory_padding_mask.copy_(step.memory_padding_mask)
+        entry.gather.copy_(step.gather)
+        entry.graph.replay()
+
+    def copy_out(self, entry: GraphEntry, rows: int) -> Tensor:
+        """The real rows as fp32 in fresh memory: the static output is rewritten by every replay."""
+        return entry.logits[:rows].to(torch.float32, copy=True)
+
+    # --- entries -------------------------------------------------------------------------
+
+    def _build(self, key: GraphKey) -> GraphEntry:
         """A new entry, fully captured; on any error nothing of it survives."""
         start = time.perf_counter()
         entry = self._new_entry(key)
         try:
-            self._warm_up(entry)
-            self._capture(entry)
+            self.warm_up(entry)
+            self.capture(entry)
         except BaseException:
             self._discard(entry)
             raise
@@ -269,12 +292,12 @@ class GraphCache:
         self.stats.capture_seconds[key] = self.stats.capture_seconds.get(key, 0.0) + seconds
         return entry
 
-    def _new_entry(self, key: GraphKey) -> _Entry:
+    def _new_entry(self, key: GraphKey) -> GraphEntry:
         # Zeros are valid inputs (token id 0, gather 0, no padding) for the warm-ups.
         def zeros(*shape: int, dtype: torch.dtype) -> Tensor:
             return torch.zeros(shape, dtype=dtype, device=self.device)
 
-        return _Entry(
+        return GraphEntry(
             key=key,
             graph=torch.cuda.CUDAGraph(),
             pool=torch.cuda.graph_pool_handle(),
@@ -291,59 +314,7 @@ class GraphCache:
             gather=zeros(key.batch, dtype=torch.long),
         )
 
-    def _forward(self, entry: _Entry) -> Tensor:
-        """The eager step's forward on the static inputs: what warm-ups run and graphs capture."""
-        memory = entry.memory.expand(entry.key.batch, -1, -1)  # a view; no-op for per-row memory
-        with step_context(self.device, bf16=True):
-            return self._graph_decoder(
-                entry.tokens, memory, entry.memory_padding_mask, entry.gather
-            )
-
-    def _warm_up(self, entry: _Entry) -> None:
-        """Run the forward on the side stream first, so that lazy initialisation (cuBLAS
-        handles, workspaces, kernel loading) happens before the capture, not inside it."""
-        caller_stream = torch.cuda.current_stream()
-        self._side_stream.wait_stream(caller_stream)
-        with torch.cuda.stream(self._side_stream):
-            for _ in range(self.warmups):
-                self._forward(entry)
-        caller_stream.wait_stream(self._side_stream)
-
-    def _capture(self, entry: _Entry) -> None:
-        caller_stream = torch.cuda.current_stream()
-        try:
-            with torch.cuda.graph(
-                entry.graph,
-                pool=entry.pool,
-                stream=self._side_stream,
-                capture_error_mode=CAPTURE_ERROR_MODE,
-            ):
-                entry.logits = self._forward(entry)
-        finally:
-            # torch.cuda.graph skips restoring the caller's stream when ending the capture fails.
-            torch.cuda.set_stream(caller_stream)
-
-    def _replay(
-        self,
-        entry: _Entry,
-        tokens: Tensor,
-        memory: Tensor,
-        memory_padding_mask: Tensor | None,
-        gather: Tensor,
-    ) -> None:
-        """Refresh every static input, then replay, all on the device's current stream."""
-        entry.tokens.copy_(tokens)
-        entry.memory.copy_(memory[:1] if entry.key.shared_memory else memory)
-        if memory_padding_mask is not None:
-            entry.memory_padding_mask.copy_(memory_padding_mask)
-        entry.gather.copy_(gather)
-        entry.graph.replay()
-
-    def _copy_out(self, entry: _Entry, rows: int) -> Tensor:
-        """The real rows as fp32 in fresh memory: the static output is rewritten by every replay."""
-        return entry.logits[:rows].to(torch.float32, copy=True)
-
-    def _discard(self, entry: _Entry) -> None:
+    def _discard(self, entry: GraphEntry) -> None:
         """Undo a failed build: end a capture left open, then free the entry."""
         with torch.cuda.stream(self._side_stream):
             if torch.cuda.is_current_stream_capturing():
@@ -352,7 +323,7 @@ class GraphCache:
                     entry.graph.capture_end()
         self._release([entry])
 
-    def _release(self, entries: list[_Entry]) -> None:
+    def _release(self, entries: list[GraphEntry]) -> None:
         """Wait for replays in flight, destroy the graphs and drop their buffers, then hand the
         freed blocks back to the driver so the memory really goes back."""
         if not entries:
@@ -363,51 +334,50 @@ class GraphCache:
         torch.cuda.empty_cache()
 
 
+def check_graph_step(
+    config: DecoderConfig, device: torch.device, memory_dtype: torch.dtype, step: ARStep
+) -> GraphKey:
+    """What a graph call needs beyond a valid ARStep, checked without a host sync: the cache's
+    device, the decoder's memory dtype and width, and bucketed shapes (a sequence bucket is
+    within max_len); returns the step's key. Token and gather values are not checked here:
+    that would read the device (the sampler checks them on its host copy)."""
+    if step.device != device:
+        raise ValueError(f"tokens are on {step.device}; the graph cache is bound to {device}")
+    if step.memory.dtype != memory_dtype:
+        raise ValueError(
+            f"memory must be {memory_dtype} (the decoder's parameter dtype), got "
+            f"{step.memory.dtype}"
+        )
+    if step.memory.shape[2] != config.d_model:
+        raise ValueError(
+            f"memory must be [B, M, d_model={config.d_model}], got {tuple(step.memory.shape)}"
+        )
+    key = step.key
+    if not is_batch_bucket(key.batch):
+        raise ValueError(
+            f"tokens batch {key.batch} is not a batch bucket (a power of two; see bucket_batch)"
+        )
+    if not is_seq_bucket(key.seq, config.max_len):
+        raise ValueError(
+            f"tokens length {key.seq} is not a sequence bucket (a multiple of {SEQ_BUCKET} "
+            f"or max_len={config.max_len}; see bucket_seq)"
+        )
+    if key.memory_len % MEMORY_BUCKET:
+        raise ValueError(
+            f"memory length {key.memory_len} is not a memory bucket (a positive multiple of "
+            f"{MEMORY_BUCKET}); pad the target's memory and mask its padding"
+        )
+    return key
+
+
 def check_graph_inputs(
     config: DecoderConfig,
     device: torch.device,
     memory_dtype: torch.dtype,
-    tokens: Tensor,
-    memory: Tensor,
-    memory_padding_mask: Tensor | None,
-    gather: Tensor | None,
-    *,
-    rows: int,
+    step: ARStep | Tensor,
+    *loose: Tensor | None,
+    rows: int | None = None,
 ) -> GraphKey:
-    """Device, dtype, shape and bucket checks of one graph call, without a host sync; returns
-    the call's key. Token and gather values are not checked here: that would read the device
-    (the sampler checks them on its host copy)."""
-    if gather is None:
-        raise ValueError("gather is required: the graph reads each row's last index from it")
-    batch, length = check_decoder_inputs(config, tokens, memory, memory_padding_mask, gather)
-    if tokens.device != device:
-        raise ValueError(f"tokens are on {tokens.device}; the graph cache is bound to {device}")
-    if memory.dtype != memory_dtype:
-        raise ValueError(
-            f"memory must be {memory_dtype} (the decoder's parameter dtype), got {memory.dtype}"
-        )
-    if not is_batch_bucket(batch):
-        raise ValueError(
-            f"tokens batch {batch} is not a batch bucket (a power of two; see bucket_batch)"
-        )
-    if not is_seq_bucket(length, config.max_len):
-        raise ValueError(
-            f"tokens length {length} is not a sequence bucket (a multiple of {SEQ_BUCKET} "
-            f"or max_len={config.max_len}; see bucket_seq)"
-        )
-    memory_len = memory.shape[1]
-    if memory_len < 1 or memory_len % MEMORY_BUCKET:
-        raise ValueError(
-            f"memory length {memory_len} is not a memory bucket (a positive multiple of "
-            f"{MEMORY_BUCKET}); pad the target's memory and mask its padding"
-        )
-    if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= batch:
-        raise ValueError(f"rows must be an int in [1, B={batch}], got {rows!r}")
-    shared_memory = batch > 1 and memory.stride(0) == 0
-    return GraphKey(batch, length, memory_len, memory_padding_mask is not None, shared_memory)
-
-
-def check_count(name: str, value: object) -> None:
-    """``value`` must be an int >= 1 (not a bool); the error names ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    """``check_graph_step`` for the loose form ``(tokens, memory, memory_padding_mask, gather,
+    rows=...)`` that callers written before ARStep pass (reasyn_ref/conformance.py)."""
+    return check_graph_step(config, device, memory_dtype, as_step(step, loose, rows))

@@ -99,7 +99,14 @@ class IncrementalSampler:
         ``config.max_len``). memory [1, M, d_model] and its padding mask [1, M] are one
         target's, shared by every row."""
         max_len = check_max_len(self.config, max_len)
-        check_target(self.config, self.device, memory, memory_padding_mask, generator)
+        check_target(
+            self.config,
+            self.device,
+            self.decoder.embed.weight.dtype,
+            memory,
+            memory_padding_mask,
+            generator,
+        )
         memory, memory_padding_mask = pad_memory(memory, memory_padding_mask)
         sequences = token_rows(prefixes, self.config, max_len)
         if all(self._finished(seq, max_len) for seq in sequences):

@@ -1,10 +1,11 @@
 """The reference decoder and encoder: upstream ReaSyn's AR model, made capture-clean.
 
-Upstream builds a causal mask on every forward and leaves ``tgt_is_causal=None``, so
-``nn.TransformerDecoder`` compares that mask with a fresh one and calls ``bool(...)`` on the
-result: a device-to-host sync per forward, which also makes the forward uncapturable. Here the
-mask is built once (a non-persistent buffer sliced per length) and ``tgt_is_causal=True`` /
-``memory_is_causal=False`` are passed explicitly, so no comparison runs.
+The causal mask is built once (a non-persistent buffer sliced per length) and
+``tgt_is_causal=True`` / ``memory_is_causal=False`` are passed explicitly, so the forward never
+compares masks on the host (upstream's per-call device-to-host sync, which also made the
+forward uncapturable). The forward checks shapes, dtypes and devices only: value checks that
+would read the device (token ids, NaN memory) belong to the host entry points (the sampler's
+``sample``, the encoder), never to the forward a graph captures.
 """
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+from collections.abc import Callable
 from copy import deepcopy
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
 
+from .checks import check_count, check_int, describe
 from .config import DecoderConfig, EncoderConfig
+from .step import ARStep, as_step, check_step_tensors
 
 
 def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
@@ -55,8 +60,7 @@ class Decoder(nn.Module):
         self.config = config
         d = config.d_model
         self.embed = nn.Embedding(config.vocab_size, d)
-        self.register_buffer("positions", sinusoidal_positions(config.max_len, d), persistent=False)
-        self.register_buffer("causal", causal_mask(config.max_len), persistent=False)
+        self._build_buffers()
         layer = nn.TransformerDecoderLayer(**_layer_options(config))
         self.transformer = nn.TransformerDecoder(layer, config.num_layers, norm=nn.LayerNorm(d))
         self.head = nn.Sequential(
@@ -76,20 +80,26 @@ class Decoder(nn.Module):
     ) -> Tensor:
         """Logits [B, vocab] of the head at ``h[arange(B), gather]`` (gather defaults to L - 1).
 
-        Shapes and dtypes are always checked (free). Token and gather values are checked only
-        for CPU inputs: on a GPU that check would be the device-to-host sync this forward exists
-        to avoid, so callers that stage GPU inputs check values on the host copy
+        Shapes, dtypes and devices are always checked (free). Token and gather values are
+        checked only for CPU inputs: on a GPU that check would be the device-to-host sync this
+        forward exists to avoid, so callers that stage GPU inputs check values on the host copy
         (``check_token_values``). Under autocast the memory and its mask are converted once
         for all layers rather than in each (``cross_attention_inputs``; same results).
         """
+        device_type = tokens.device.type if isinstance(tokens, Tensor) else "cpu"
+        autocast = torch.is_autocast_enabled(device_type)
         batch, length = check_decoder_inputs(
             self.config, tokens, memory, memory_padding_mask, gather
         )
-        if tokens.device.type == "cpu":
+        if not autocast and memory.dtype != self.embed.weight.dtype:
+            raise ValueError(
+                f"memory must be {self.embed.weight.dtype} (the decoder's dtype) outside "
+                f"autocast, got {memory.dtype}"
+            )
+        if device_type == "cpu":
             check_token_values(self.config, tokens, gather)
         memory_mask = None
-        device_type = tokens.device.type
-        if torch.is_autocast_enabled(device_type):
+        if autocast:
             memory, memory_mask = cross_attention_inputs(
                 memory,
                 memory_padding_mask,
@@ -128,6 +138,13 @@ class Decoder(nn.Module):
         h = self.transformer(h, memory, tgt_mask=mask, memory_key_padding_mask=memory_padding_mask)
         return self._head_at(h, gather, batch, length)
 
+    def _build_buffers(self) -> None:
+        """The position table and causal mask: non-persistent, so not in checkpoints."""
+        config = self.config
+        table = sinusoidal_positions(config.max_len, config.d_model)
+        self.register_buffer("positions", table, persistent=False)
+        self.register_buffer("causal", causal_mask(config.max_len), persistent=False)
+
     def _embed(self, tokens: Tensor, length: int) -> Tensor:
         return self.embed(tokens) + self.positions[:length]
 
@@ -139,11 +156,64 @@ class Decoder(nn.Module):
         return self.head(last)
 
 
-def seeded_decoder(config: DecoderConfig, seed: int) -> Decoder:
-    """A decoder with random weights from ``seed``, in eval mode; the global RNG is left as it was."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return Decoder(config).eval()
+def seeded_decoder(config: DecoderConfig, seed: int, device: torch.device | str = "cpu") -> Decoder:
+    """A decoder with random weights from ``seed``, in eval mode on ``device``; see
+    ``seeded_init``."""
+    return seeded_init(lambda: Decoder(config), seed).to(device)
+
+
+def seeded_encoder(config: EncoderConfig, seed: int, device: torch.device | str = "cpu") -> Encoder:
+    """An encoder with random weights from ``seed``, in eval mode on ``device``."""
+    return seeded_init(lambda: Encoder(config), seed).to(device)
+
+
+SeededModel = TypeVar("SeededModel", bound="Decoder | Encoder")
+
+
+def seeded_init(build: Callable[[], SeededModel], seed: int) -> SeededModel:
+    """``build()``'s model with weights drawn from a generator of its own seeded with
+    ``seed``, in eval mode on the CPU: the same weights from any thread, and the global RNG is
+    neither read nor changed. The model is built on the meta device (no default init runs),
+    then its parameters are drawn module by module, children first, with the scale of torch's
+    default init (Linear: uniform +-1/sqrt(fan_in); attention: Xavier uniform input
+    projection, zero biases; LayerNorm: ones and zeros; Embedding: standard normal) and its
+    buffers rebuilt."""
+    check_int("seed", seed, minimum=0)
+    with torch.device("meta"):
+        model = build()
+    model.to_empty(device="cpu")
+    model._build_buffers()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        # Children before parents, so that a parent's init has the last word, as in torch's
+        # (attention zeroes its output projection's bias).
+        for module in reversed(list(model.modules())):
+            _draw_parameters(module, generator)
+    return model.eval()
+
+
+def _draw_parameters(module: nn.Module, generator: torch.Generator) -> None:
+    """Draw ``module``'s own parameters (not its children's) from ``generator``."""
+    if isinstance(module, nn.Linear):
+        bound = 1 / math.sqrt(module.in_features)
+        module.weight.uniform_(-bound, bound, generator=generator)
+        if module.bias is not None:
+            module.bias.uniform_(-bound, bound, generator=generator)
+    elif isinstance(module, nn.MultiheadAttention):
+        fan_out, fan_in = module.in_proj_weight.shape
+        bound = math.sqrt(6 / (fan_in + fan_out))
+        module.in_proj_weight.uniform_(-bound, bound, generator=generator)
+        module.in_proj_bias.zero_()
+        module.out_proj.bias.zero_()
+    elif isinstance(module, nn.LayerNorm):
+        module.weight.fill_(1.0)
+        module.bias.zero_()
+    elif isinstance(module, nn.Embedding):
+        module.weight.normal_(0.0, 1.0, generator=generator)
+        if module.padding_idx is not None:
+            module.weight[module.padding_idx].zero_()
+    elif any(True for _ in module.parameters(recurse=False)):
+        raise TypeError(f"seeded_init does not know how to draw {type(module).__name__}")
 
 
 class Encoder(nn.Module):
@@ -156,36 +226,58 @@ class Encoder(nn.Module):
         self.config = config
         d = config.d_model
         self.embed = nn.Embedding(config.vocab_size, d, padding_idx=config.pad_token)
-        self.register_buffer("positions", sinusoidal_positions(config.max_len, d), persistent=False)
+        self._build_buffers()
         layer = nn.TransformerEncoderLayer(**_layer_options(config))
         # Nested tensors would make the output depend on the fast path's padding handling.
         self.transformer = nn.TransformerEncoder(
             layer, config.num_layers, norm=nn.LayerNorm(d), enable_nested_tensor=False
         )
 
+    def _build_buffers(self) -> None:
+        table = sinusoidal_positions(self.config.max_len, self.config.d_model)
+        self.register_buffer("positions", table, persistent=False)
+
     def forward(self, smiles: Tensor) -> tuple[Tensor, Tensor]:
-        """smiles: long [T, S] (pad = config.pad_token) -> (memory [T, S, d], padding mask [T, S])."""
+        """smiles: long [T, S] (pad = config.pad_token) -> (memory [T, S, d], padding mask [T, S]).
+
+        The encoder runs once per target, on the host's schedule, so it also checks values
+        (a host read on a GPU): ids inside the vocabulary, and no row of only padding (its
+        attention would have nothing to attend to, and its memory would be all NaN).
+        """
+        if not isinstance(smiles, Tensor):
+            raise TypeError(f"smiles must be a torch.long tensor [T, S], got {describe(smiles)}")
         if smiles.dtype != torch.long:
             raise ValueError(f"smiles must be torch.long, got {smiles.dtype}")
-        if smiles.dim() != 2 or smiles.shape[1] < 1:
-            raise ValueError(f"smiles must be [targets, length >= 1], got {tuple(smiles.shape)}")
+        if smiles.dim() != 2 or smiles.shape[0] < 1 or smiles.shape[1] < 1:
+            raise ValueError(
+                f"smiles must be [targets >= 1, length >= 1], got {tuple(smiles.shape)}"
+            )
         if smiles.shape[1] > self.config.max_len:
             raise ValueError(
                 f"smiles length {smiles.shape[1]} exceeds max_len {self.config.max_len}"
             )
-        if smiles.device.type == "cpu" and smiles.numel():
-            lo, hi = int(smiles.min()), int(smiles.max())
-            if lo < 0 or hi >= self.config.vocab_size:
-                raise ValueError(
-                    f"smiles holds token ids in [{lo}, {hi}]; vocab is [0, {self.config.vocab_size})"
-                )
+        lo, hi = int(smiles.min()), int(smiles.max())
+        if lo < 0 or hi >= self.config.vocab_size:
+            raise ValueError(
+                f"smiles holds token ids in [{lo}, {hi}]; vocab is [0, {self.config.vocab_size})"
+            )
         padding = smiles == self.config.pad_token
+        empty = padding.all(dim=1).nonzero().view(-1).tolist()
+        if empty:
+            raise ValueError(
+                f"smiles row {empty[0]} holds only pad tokens ({self.config.pad_token}): "
+                "every target needs at least one real token"
+            )
         h = self.embed(smiles) + self.positions[: smiles.shape[1]]
         return self.transformer(h, src_key_padding_mask=padding), padding
 
 
 def expand_memory(memory: Tensor, padding_mask: Tensor, batch: int) -> tuple[Tensor, Tensor]:
     """One target's memory [1, M, d] and mask [1, M] viewed over ``batch`` rows, no copy."""
+    check_count("batch", batch)
+    for name, value in (("memory", memory), ("memory_padding_mask", padding_mask)):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"{name} must be a tensor, got {describe(value)}")
     if memory.dim() != 3 or memory.shape[0] != 1:
         raise ValueError(f"memory must be one target [1, M, d], got {tuple(memory.shape)}")
     if padding_mask.shape != memory.shape[:2]:
@@ -202,38 +294,17 @@ def check_decoder_inputs(
     memory_padding_mask: Tensor | None,
     gather: Tensor | None,
 ) -> tuple[int, int]:
-    """Shape, dtype and device checks (no host sync); returns (batch, length)."""
-    if not isinstance(tokens, Tensor) or tokens.dtype != torch.long:
-        raise ValueError(f"tokens must be a torch.long tensor, got {_describe(tokens)}")
-    if tokens.dim() != 2 or tokens.shape[0] < 1 or tokens.shape[1] < 1:
-        raise ValueError(f"tokens must be [B >= 1, L >= 1], got shape {tuple(tokens.shape)}")
-    batch, length = tokens.shape
+    """Shape, dtype and device checks of a forward's inputs (no host sync), those a step's
+    tensors need (``check_step_tensors``) plus the config's widths; returns (batch, length)."""
+    batch, length = check_step_tensors(
+        tokens, memory, memory_padding_mask, gather, gather_required=False
+    )
     if length > config.max_len:
         raise ValueError(f"tokens length {length} exceeds max_len {config.max_len}")
-    if not isinstance(memory, Tensor) or not memory.is_floating_point():
-        raise ValueError(f"memory must be a floating-point tensor, got {_describe(memory)}")
-    if memory.dim() != 3 or memory.shape[0] != batch or memory.shape[2] != config.d_model:
+    if memory.shape[2] != config.d_model:
         raise ValueError(
             f"memory must be [B={batch}, M, d_model={config.d_model}], got {tuple(memory.shape)}"
         )
-    _check_same_device("memory", memory, tokens)
-    if memory_padding_mask is not None:
-        if not isinstance(memory_padding_mask, Tensor) or memory_padding_mask.dtype != torch.bool:
-            raise ValueError(
-                f"memory_padding_mask must be a torch.bool tensor, got {_describe(memory_padding_mask)}"
-            )
-        if memory_padding_mask.shape != memory.shape[:2]:
-            raise ValueError(
-                f"memory_padding_mask must be [B, M] = {tuple(memory.shape[:2])}, "
-                f"got {tuple(memory_padding_mask.shape)}"
-            )
-        _check_same_device("memory_padding_mask", memory_padding_mask, tokens)
-    if gather is not None:
-        if not isinstance(gather, Tensor) or gather.dtype != torch.long:
-            raise ValueError(f"gather must be a torch.long tensor, got {_describe(gather)}")
-        if gather.shape != (batch,):
-            raise ValueError(f"gather must be [B={batch}], got {tuple(gather.shape)}")
-        _check_same_device("gather", gather, tokens)
     return batch, length
 
 
@@ -251,26 +322,13 @@ def check_token_values(config: DecoderConfig, tokens: Tensor, gather: Tensor | N
             raise ValueError(f"gather holds [{glo}, {ghi}]; it must lie in [0, L={length})")
 
 
-def _check_same_device(name: str, tensor: Tensor, tokens: Tensor) -> None:
-    if tensor.device != tokens.device:
-        raise ValueError(f"{name} is on {tensor.device} but tokens are on {tokens.device}")
-
-
-def _describe(value: object) -> str:
-    if isinstance(value, Tensor):
-        return f"{value.dtype} tensor of shape {tuple(value.shape)}"
-    return type(value).__name__
-
-
 class _CudnnAttentionOff:
     """Turns cuDNN attention off while any AR step runs on CUDA; a context manager.
 
-    Why: inside a CUDA graph, cuDNN's fused attention (torch's first choice on Hopper) comes
-    with a memset node and leaves about 5 us idle before each launch. With 20 attention calls
-    per step that was most of a replay's idle time on the H200 (docs/benchmarks.md).
-    Without it, SDPA picks flash attention for the causal self-attention and memory-efficient
-    attention for the masked cross-attention, which start as promptly as any other kernel.
-    Eager steps and graphs run under the same switch, so they still compute the same thing.
+    Why: inside a CUDA graph, cuDNN's fused attention (torch's first choice on Hopper) leaves
+    the device idle before each launch, where flash and memory-efficient attention start
+    promptly (docs/benchmarks.md, "What replay efficiency is made of"). Eager steps and graphs
+    run under the same switch, so they still compute the same thing.
 
     The switch is torch's process-wide flag, so its users are counted: the first to enter turns
     it off, the last to leave puts back the setting found on entry, in whatever order threads
@@ -315,19 +373,19 @@ def step_context(device: torch.device, bf16: bool) -> contextlib.AbstractContext
 
 def ar_step_logits(
     decoder: Decoder,
-    tokens: Tensor,
-    memory: Tensor,
-    memory_padding_mask: Tensor | None,
-    gather: Tensor,
-    *,
-    rows: int,
+    step: ARStep | Tensor,
+    *loose: Tensor | None,
+    rows: int | None = None,
     bf16: bool,
 ) -> Tensor:
-    """The eager AR step that the graph cache captures: fp32 logits of the first ``rows`` rows
-    (the rest are bucket padding), as a tensor of its own."""
-    with step_context(tokens.device, bf16):
-        logits = decoder(tokens, memory, memory_padding_mask, gather)
-    return logits[:rows].to(torch.float32, copy=True)
+    """The eager AR step that the graph cache captures: fp32 logits of ``step``'s real rows
+    (the rest are bucket padding), as a tensor of its own. ``ar_step_logits(decoder, tokens,
+    memory, memory_padding_mask, gather, rows=..., bf16=...)``, the form before ARStep, is
+    still accepted."""
+    step = as_step(step, loose, rows)
+    with step_context(step.device, bf16):
+        logits = decoder(step.tokens, step.memory, step.memory_padding_mask, step.gather)
+    return logits[: step.rows].to(torch.float32, copy=True)
 
 
 def with_bf16_matmul_weights(decoder: Decoder) -> Decoder:

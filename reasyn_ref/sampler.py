@@ -2,25 +2,23 @@
 
 Each step lays the unfinished rows out on the host: tokens right-padded with ``pad_token`` and,
 with bucketing, the length rounded up to a multiple of 64 and the batch up to a power of two with
-dummy rows (``[start_token]`` + padding, gather 0). That padded layout is the same whether CUDA
-graphs are on or off: graphs replay the very forward eager runs, on the very same tensors, which
-is what makes the two paths bit-identical.
-
-Per step there is exactly one host-to-device copy of the tokens, one of gather (from pinned
-memory on CUDA), and one device-to-host copy of the sampled tokens.
+dummy rows (``[start_token]`` + padding, gather 0), and the target's memory padded (masked) to a
+multiple of 64 positions. That layout is the same whether CUDA graphs are on or off: graphs
+replay the very forward eager runs, on the very same tensors, so the two are bit-identical.
+Per step: one host-to-device copy of the tokens, one of gather (pinned on CUDA), one
+device-to-host copy of the sampled tokens.
 
 ``batched=False`` is upstream's per-row path: each unfinished row runs alone at its exact length
-and draws its token from the same generator, in row order. It consumes the generator differently
-from the batched path (one multinomial per row instead of one per step), so sampled tokens are not
-expected to match between the two paths; their logits agree within floating-point tolerance.
-``bucket`` applies to the batched path only; with it, the target's memory is also padded to a
-multiple of 64 positions (masked), the graph cache's memory bucket.
+and draws from the same generator, in row order, so its tokens are not expected to match the
+batched path's (its logits agree within floating-point tolerance).
+
+``sample`` is the host entry point: it checks the target's memory once per call, values
+included (finite, not all padding), which reads the device; the per-step forward never does.
 """
 
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -28,19 +26,18 @@ import torch
 from torch import Tensor
 
 from .bucketing import bucket_batch, bucket_memory, bucket_seq
+from .checks import describe, token_id
 from .config import DecoderConfig
 from .env import resolve_toggle
-from .model import (
-    Decoder,
-    _describe,
-    ar_step_logits,
-    check_decoder_inputs,
-    check_token_values,
-    expand_memory,
-)
+from .model import Decoder, ar_step_logits, check_token_values, expand_memory
+from .step import ARStep
 
 if TYPE_CHECKING:
     from .graph_cache import GraphCache
+
+# Logits are divided by the temperature in float32: below the smallest normal float32 the
+# divisor would be a subnormal (flushed to zero on some devices) or zero.
+MIN_TEMPERATURE = torch.finfo(torch.float32).tiny
 
 
 class ARSampler:
@@ -49,6 +46,10 @@ class ARSampler:
     Flags left as None come from the environment (``REASYN_BATCHED_AR``, ``REASYN_BF16``,
     ``REASYN_BUCKET``, ``REASYN_CUDAGRAPH``); explicit arguments win. The resolved flags are
     the attributes ``batched``, ``bf16``, ``bucket`` and ``cudagraph``.
+
+    ``temperature`` is a finite number >= ``MIN_TEMPERATURE`` (about 1.2e-38); a tiny one
+    samples the most likely token (ties at random), never NaN: the largest logit is subtracted
+    before dividing, so no quotient overflows.
     """
 
     def __init__(
@@ -63,14 +64,16 @@ class ARSampler:
         graph_capacity: int = 3,
     ) -> None:
         if not isinstance(decoder, Decoder):
-            raise ValueError(f"decoder must be a reasyn_ref Decoder, got {type(decoder).__name__}")
-        if (
-            isinstance(temperature, bool)
-            or not isinstance(temperature, (int, float))
-            or not math.isfinite(temperature)
-            or temperature <= 0
-        ):
-            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+            raise TypeError(f"decoder must be a reasyn_ref Decoder, got {type(decoder).__name__}")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+            raise TypeError(
+                f"temperature must be a finite number >= {MIN_TEMPERATURE:.3g}, got {temperature!r}"
+            )
+        if not (math.isfinite(temperature) and temperature >= MIN_TEMPERATURE):
+            raise ValueError(
+                f"temperature must be a finite number >= {MIN_TEMPERATURE:.3g} (the smallest "
+                f"normal float32; logits are divided by it), got {temperature!r}"
+            )
         self.decoder = decoder
         self.config: DecoderConfig = decoder.config
         self.temperature = float(temperature)
@@ -99,12 +102,20 @@ class ARSampler:
         """Each row's full sequence: its prefix plus the sampled tokens, ending with
         ``end_token`` when one was sampled, or at ``max_len`` (default ``config.max_len``).
 
-        memory [1, M, d_model] and its padding mask [1, M] (True = padding) are one target's,
-        shared by every row. A prefix that already ends with ``end_token`` or has ``max_len``
-        tokens is returned as it is.
+        memory [1, M, d_model] (the decoder's dtype, finite) and its padding mask [1, M]
+        (True = padding; at least one position unmasked) are one target's, shared by every
+        row. A prefix that already ends with ``end_token`` or has ``max_len`` tokens is
+        returned as it is.
         """
         max_len = check_max_len(self.config, max_len)
-        check_target(self.config, self.device, memory, memory_padding_mask, generator)
+        check_target(
+            self.config,
+            self.device,
+            self.decoder.embed.weight.dtype,
+            memory,
+            memory_padding_mask,
+            generator,
+        )
         if self.bucket:
             memory, memory_padding_mask = pad_memory(memory, memory_padding_mask)
         sequences = token_rows(prefixes, self.config, max_len)
@@ -123,24 +134,15 @@ class ARSampler:
             active = [i for i in active if not self._finished(sequences[i], max_len)]
         return sequences
 
-    def step_logits(
-        self,
-        tokens: Tensor,
-        memory: Tensor,
-        memory_padding_mask: Tensor,
-        gather: Tensor,
-        rows: int,
-    ) -> Tensor:
-        """fp32 logits [rows, vocab] of one AR step on staged inputs; rows past ``rows`` are
-        bucket padding. Runs the graph cache when graphs are on, the eager step otherwise."""
-        batch, _ = check_decoder_inputs(self.config, tokens, memory, memory_padding_mask, gather)
-        if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= batch:
-            raise ValueError(f"rows must be an int in [1, B={batch}], got {rows!r}")
+    def step_logits(self, step: ARStep) -> Tensor:
+        """fp32 logits [step.rows, vocab] of one AR step; rows past ``step.rows`` are bucket
+        padding. Runs the graph cache when graphs are on, the eager step otherwise; each
+        checks what it needs of the step against the decoder."""
+        if not isinstance(step, ARStep):
+            raise TypeError(f"step must be an ARStep, got {type(step).__name__}")
         if self.graph_cache is not None:
-            return self.graph_cache(tokens, memory, memory_padding_mask, gather, rows=rows)
-        return ar_step_logits(
-            self.decoder, tokens, memory, memory_padding_mask, gather, rows=rows, bf16=self.bf16
-        )
+            return self.graph_cache(step)
+        return ar_step_logits(self.decoder, step, bf16=self.bf16)
 
     def _step(
         self,
@@ -158,8 +160,10 @@ class ARSampler:
         check_token_values(self.config, tokens, gather)
         tokens, gather = self._stage(tokens, gather)
         step_memory, step_mask = expand_memory(memory, memory_padding_mask, tokens.shape[0])
-        logits = self.step_logits(tokens, step_memory, step_mask, gather, rows=len(rows))
-        probs = torch.softmax(logits / self.temperature, dim=-1)
+        logits = self.step_logits(ARStep(tokens, step_memory, step_mask, gather, len(rows)))
+        # The largest logit subtracted first: no quotient overflows, however small the temperature.
+        scaled = (logits - logits.amax(dim=-1, keepdim=True)) / self.temperature
+        probs = torch.softmax(scaled, dim=-1)
         return self._fetch(torch.multinomial(probs, 1, generator=generator))
 
     def _stage(self, tokens: Tensor, gather: Tensor) -> tuple[Tensor, Tensor]:
@@ -182,7 +186,7 @@ def check_max_len(config: DecoderConfig, max_len: int | None) -> int:
     if max_len is None:
         return config.max_len
     if isinstance(max_len, bool) or not isinstance(max_len, int):
-        raise ValueError(f"max_len must be an int, got {max_len!r}")
+        raise TypeError(f"max_len must be an int, got {max_len!r}")
     if not 1 <= max_len <= config.max_len:
         raise ValueError(f"max_len must be in [1, config.max_len={config.max_len}], got {max_len}")
     return max_len
@@ -191,32 +195,35 @@ def check_max_len(config: DecoderConfig, max_len: int | None) -> int:
 def check_target(
     config: DecoderConfig,
     device: torch.device,
+    dtype: torch.dtype,
     memory: Tensor,
     memory_padding_mask: Tensor,
     generator: torch.Generator,
 ) -> None:
-    """One target's memory [1, M, d_model] and padding mask [1, M], and a generator, all on
-    the decoder's ``device``."""
+    """One target's memory [1, M >= 1, d_model] of the decoder's ``dtype``, finite, and its
+    padding mask [1, M] with a position unmasked, and a generator, all on the decoder's
+    ``device``. The value checks read the device: a host entry point's check, once per call."""
     d_model = config.d_model
-    if (
-        not isinstance(memory, Tensor)
-        or not memory.is_floating_point()
-        or memory.dim() != 3
-        or memory.shape[0] != 1
-        or memory.shape[2] != d_model
-    ):
+    if not isinstance(memory, Tensor):
+        raise TypeError(f"memory must be a tensor [1, M, d_model], got {describe(memory)}")
+    if memory.dtype != dtype or memory.dim() != 3 or memory.shape[0] != 1:
         raise ValueError(
-            f"memory must be one target's floating-point tensor [1, M, d_model={d_model}], "
-            f"got {_describe(memory)}"
+            f"memory must be one target's {dtype} tensor [1, M, d_model={d_model}] "
+            f"(the decoder's dtype), got {describe(memory)}"
         )
-    if (
-        not isinstance(memory_padding_mask, Tensor)
-        or memory_padding_mask.dtype != torch.bool
-        or memory_padding_mask.shape != memory.shape[:2]
-    ):
+    if memory.shape[1] < 1 or memory.shape[2] != d_model:
+        raise ValueError(
+            f"memory must be [1, M >= 1, d_model={d_model}], got {tuple(memory.shape)}"
+        )
+    if not isinstance(memory_padding_mask, Tensor):
+        raise TypeError(
+            f"memory_padding_mask must be a torch.bool tensor [1, M], got "
+            f"{describe(memory_padding_mask)}"
+        )
+    if memory_padding_mask.dtype != torch.bool or memory_padding_mask.shape != memory.shape[:2]:
         raise ValueError(
             f"memory_padding_mask must be a torch.bool tensor [1, M] = {tuple(memory.shape[:2])}, "
-            f"got {_describe(memory_padding_mask)}"
+            f"got {describe(memory_padding_mask)}"
         )
     for name, tensor in (("memory", memory), ("memory_padding_mask", memory_padding_mask)):
         if tensor.device != device:
@@ -227,6 +234,10 @@ def check_target(
             f"generator must be a torch.Generator on the decoder's device {device}, "
             f"got {type(generator).__name__} on {where}"
         )
+    if bool(memory_padding_mask.all()):
+        raise ValueError("memory_padding_mask masks every position: nothing to attend to")
+    if not bool(torch.isfinite(memory).all()):
+        raise ValueError("memory holds NaN or infinite values")
 
 
 def pad_rows(
@@ -271,7 +282,7 @@ def token_rows(
     """The prefixes as fresh lists of int token ids, checked: at least one row, each row of
     length in [1, max_len] with ids in the vocabulary."""
     if isinstance(prefixes, (str, bytes, Tensor)) or not isinstance(prefixes, Sequence):
-        raise ValueError(
+        raise TypeError(
             f"prefixes must be a sequence of token-id sequences, got {type(prefixes).__name__}"
         )
     if not prefixes:
@@ -279,9 +290,9 @@ def token_rows(
     sequences = []
     for i, prefix in enumerate(prefixes):
         try:
-            row = [_token_id(token) for token in prefix]
+            row = [token_id(token) for token in prefix]
         except TypeError as exc:
-            raise ValueError(f"prefixes[{i}] must be a sequence of int token ids: {exc}") from exc
+            raise TypeError(f"prefixes[{i}] must be a sequence of int token ids: {exc}") from exc
         if not 1 <= len(row) <= max_len:
             raise ValueError(
                 f"prefixes[{i}] has length {len(row)}; it must be in [1, max_len={max_len}]"
@@ -316,9 +327,3 @@ def _indexed(device: torch.device) -> torch.device:
     if device.type == "cuda" and device.index is None:
         return torch.device("cuda", torch.cuda.current_device())
     return device
-
-
-def _token_id(token: object) -> int:
-    if isinstance(token, bool):
-        raise TypeError("a bool is not a token id")
-    return operator.index(token)

@@ -2,23 +2,20 @@
 
 Workers start with the spawn method (a forked child cannot use CUDA), bind their GPU before any
 CUDA work, and load their own model from a checkpoint. The workers of one GPU share one lock,
-held around GPU work only, so that they take turns on the device. CUDA graphs need exactly one
-worker per GPU: a graph cache belongs to one process, and two processes capturing and
-replaying on one device would contend for it, so graphs with more workers per GPU are refused
-before any process starts.
-
+held around GPU work only. CUDA graphs need exactly one worker per GPU (a graph cache belongs to
+one process), so graphs with more workers per GPU are refused before any process starts.
 ``device_type="cpu"`` runs the same pool eagerly on the CPU (``num_gpus`` is then the number of
 lock groups), which is how CI tests it.
 
-Each worker talks to the parent over its own pipe; the parent waits on those pipes and on the
-workers' process sentinels together, so a worker that dies is noticed at once and reported as a
-``WorkerError``, and a worker that stops answering is reported after ``timeout`` seconds. Either
-way the pool closes: no call ever hangs and no process is left behind.
+Every message carries the id of the ``map`` call it belongs to, so a call only ever takes its
+own answers: those of an earlier call that was interrupted (Ctrl-C, a job that could not be
+sent) are dropped when they arrive. A dead worker, or one silent past ``timeout``, is a
+``WorkerError`` and closes the pool: no call hangs and no process is left behind.
 """
 
 from __future__ import annotations
 
-import math
+import itertools
 import multiprocessing
 import os
 import pickle
@@ -29,14 +26,15 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from .checkpoint import load_checkpoint
+from .checks import check_count, check_int, check_seconds, describe, token_id
 from .env import resolve_toggle
-from .graph_cache import check_count
 from .model import Decoder
 from .sampler import ARSampler
 
@@ -47,7 +45,9 @@ JOIN_SECONDS = 10.0
 @dataclass(frozen=True)
 class SampleJob:
     """One target to sample: its memory [1, M, d] and padding mask [1, M] (CPU tensors), the
-    prefixes to continue, and the seed of the job's generator."""
+    prefixes to continue (kept as a tuple of tuples of ints), and the seed of the job's
+    generator. Types and shapes are checked here, in the caller's process; what depends on
+    the model (width, vocabulary, finite memory) is checked by the worker's sampler."""
 
     memory: Tensor
     memory_padding_mask: Tensor
@@ -58,10 +58,52 @@ class SampleJob:
     def __post_init__(self) -> None:
         for name in ("memory", "memory_padding_mask"):
             value = getattr(self, name)
-            if not isinstance(value, Tensor) or value.device.type != "cpu":
+            if not isinstance(value, Tensor):
+                raise TypeError(f"SampleJob.{name} must be a CPU tensor, got {describe(value)}")
+            if value.device.type != "cpu":
                 raise ValueError(f"SampleJob.{name} must be a CPU tensor (workers move it)")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"SampleJob.seed must be an int >= 0, got {self.seed!r}")
+        if not self.memory.is_floating_point() or self.memory.dim() != 3:
+            raise ValueError(
+                f"SampleJob.memory must be a floating-point [1, M, d], got {describe(self.memory)}"
+            )
+        if (
+            self.memory_padding_mask.dtype != torch.bool
+            or self.memory_padding_mask.shape != self.memory.shape[:2]
+        ):
+            raise ValueError(
+                f"SampleJob.memory_padding_mask must be bool {tuple(self.memory.shape[:2])}, "
+                f"got {describe(self.memory_padding_mask)}"
+            )
+        object.__setattr__(self, "prefixes", _prefix_tuples(self.prefixes))
+        check_int("SampleJob.seed", self.seed, minimum=0)
+        if self.max_len is not None:
+            check_count("SampleJob.max_len", self.max_len)
+
+
+def _prefix_tuples(prefixes: object) -> tuple[tuple[int, ...], ...]:
+    """``prefixes`` as a tuple of non-empty tuples of int ids; TypeError/ValueError naming it."""
+    if isinstance(prefixes, (str, bytes, Tensor)) or not isinstance(prefixes, Sequence):
+        raise TypeError(
+            f"SampleJob.prefixes must be a sequence of token-id sequences, got "
+            f"{type(prefixes).__name__}"
+        )
+    if not prefixes:
+        raise ValueError("SampleJob.prefixes must hold at least one row")
+    rows = []
+    for i, prefix in enumerate(prefixes):
+        if isinstance(prefix, (str, bytes)) or not isinstance(prefix, (Sequence, Tensor)):
+            raise TypeError(
+                f"SampleJob.prefixes[{i}] must be a sequence of int token ids, got "
+                f"{type(prefix).__name__}"
+            )
+        try:
+            row = tuple(token_id(token) for token in prefix)
+        except TypeError as exc:
+            raise TypeError(f"SampleJob.prefixes[{i}] must hold int token ids: {exc}") from exc
+        if not row:
+            raise ValueError(f"SampleJob.prefixes[{i}] is empty; a prefix needs a token")
+        rows.append(row)
+    return tuple(rows)
 
 
 def run_sample_job(sampler: ARSampler, job: SampleJob) -> list[list[int]]:
@@ -115,8 +157,8 @@ class WorkerPool:
         check_count("num_workers_per_gpu", num_workers_per_gpu)
         if device_type not in ("cuda", "cpu"):
             raise ValueError(f"device_type must be 'cuda' or 'cpu', got {device_type!r}")
-        _check_seconds("timeout", timeout)
-        _check_seconds("startup_timeout", startup_timeout)
+        check_seconds("timeout", timeout)
+        check_seconds("startup_timeout", startup_timeout)
         cudagraph = resolve_toggle("REASYN_CUDAGRAPH", cudagraph)
         bf16 = resolve_toggle("REASYN_BF16", bf16)
         if cudagraph and device_type != "cuda":
@@ -130,6 +172,8 @@ class WorkerPool:
             raise ValueError(
                 f"num_gpus={num_gpus} but {torch.cuda.device_count()} CUDA devices are visible"
             )
+        if not isinstance(checkpoint, (str, os.PathLike)):
+            raise TypeError(f"checkpoint must be a path, got {type(checkpoint).__name__}")
         if not os.path.isfile(checkpoint):
             raise ValueError(f"checkpoint: no file at {os.fspath(checkpoint)!r}")
         try:
@@ -154,6 +198,7 @@ class WorkerPool:
         self._connections: list[Connection] = []
         self._map_lock = threading.RLock()  # close() takes it too, also from map's _fail
         self._closed = False
+        self._call_ids = itertools.count(1)  # 0 is the startup's
         settings = _WorkerSettings(os.fspath(checkpoint), device_type, cudagraph, bf16, job_fn)
         try:
             for rank in range(len(self.devices)):
@@ -175,29 +220,38 @@ class WorkerPool:
             raise
 
     def map(self, jobs: Sequence[SampleJob]) -> list[Any]:
-        """Run every job on the workers; the results in input order. A failed job raises a
-        WorkerError for the first failed job once all jobs have answered (the pool stays
-        usable); a dead or silent worker raises one at once and closes the pool."""
+        """Run every job on the workers; the results in input order.
+
+        A failed job (an error in it, or a result that cannot be pickled) raises a WorkerError
+        for the first failed job once all jobs have answered; a job that cannot be pickled
+        raises a ValueError before any job is sent. Either way the pool stays usable. A dead or
+        silent worker raises a WorkerError at once and closes the pool."""
         jobs = list(jobs)
         for index, job in enumerate(jobs):
             if not isinstance(job, SampleJob):
-                raise ValueError(f"jobs[{index}] must be a SampleJob, got {type(job).__name__}")
+                raise TypeError(f"jobs[{index}] must be a SampleJob, got {type(job).__name__}")
         with self._map_lock:
             if self._closed:
                 raise RuntimeError("this WorkerPool is closed")
+            call = next(self._call_ids)
+            messages = [_pickled_job(call, index, job) for index, job in enumerate(jobs)]
             results: list[Any] = [None] * len(jobs)
             failures: dict[int, tuple[int, str]] = {}
-            pending = deque(enumerate(jobs))
+            pending = deque(range(len(jobs)))
+            # A worker still busy with an interrupted call's job takes this call's next, after it.
             idle = deque(range(len(self.processes)))
             running: dict[int, int] = {}  # worker -> job index
             while pending or running:
                 while pending and idle:
                     worker = idle.popleft()
-                    index, job = pending.popleft()
+                    index = pending.popleft()
+                    self._send(worker, messages[index], index)
                     running[worker] = index
-                    self._send(worker, (index, job), running)
-                for worker, message in self._receive(running, self.timeout):
-                    kind, index, payload = message
+                for worker, (kind, answered_call, index, payload) in self._receive(
+                    running, self.timeout
+                ):
+                    if answered_call != call:
+                        continue  # an interrupted call's answer: not this call's to take
                     if kind == "done":
                         results[index] = payload
                     else:
@@ -230,16 +284,20 @@ class WorkerPool:
         starting = {worker: None for worker in range(len(self.processes))}
         while starting:
             for worker, message in self._receive(starting, self.startup_timeout):
-                kind, _, details = message
+                kind, _, _, details = message
                 if kind != "ready":
                     self._fail(worker, None, f"failed to start:\n{details}")
                 del starting[worker]
 
-    def _send(self, worker: int, message: object, running: dict[int, int]) -> None:
+    def _send(self, worker: int, message: bytes, index: int) -> None:
         try:
-            self._connections[worker].send(message)
+            self._connections[worker].send_bytes(message)
         except OSError:
-            self._fail(worker, running.get(worker), self._exit_reason(worker))
+            self._fail(worker, index, self._exit_reason(worker))
+        except BaseException:
+            # Interrupted inside a message (Ctrl-C): the pipe may be out of step for good.
+            self._shutdown(grace=0.0)
+            raise
 
     def _receive(self, waiting: dict[int, Any], timeout: float) -> list[tuple[int, tuple]]:
         """The next messages of the workers in ``waiting``; a worker that died or a wait past
@@ -259,10 +317,16 @@ class WorkerPool:
         for connection in (c for c in ready if c in connections):
             worker = connections[connection]
             try:
-                messages.append((worker, connection.recv()))
-                answered.add(worker)
+                data = connection.recv_bytes()
             except (EOFError, OSError):
                 self._fail(worker, waiting[worker], self._exit_reason(worker))
+            except BaseException:
+                # Interrupted inside a message (Ctrl-C): the pipe may be out of step for good.
+                self._shutdown(grace=0.0)
+                raise
+            # A whole message was read, so the pipe stays in step whatever happens next.
+            messages.append((worker, ForkingPickler.loads(data)))
+            answered.add(worker)
         # A worker that exited is lost; its last messages, if any, are read first.
         for sentinel in (s for s in ready if s in sentinels):
             worker = sentinels[sentinel]
@@ -321,7 +385,8 @@ class _WorkerSettings:
 
 
 def _worker_main(settings: _WorkerSettings, gpu: int, lock: Any, connection: Connection) -> None:
-    """A worker: bind the device, load the model, then run jobs until told to stop."""
+    """A worker: bind the device, load the model, then run jobs until told to stop. Each
+    answer is (kind, call id, job index, payload), kind "ready", "failed" or "done"."""
     try:
         if settings.device_type == "cuda":
             torch.cuda.set_device(gpu)  # before any CUDA work, so nothing lands on GPU 0
@@ -337,9 +402,9 @@ def _worker_main(settings: _WorkerSettings, gpu: int, lock: Any, connection: Con
             )
         sampler = ARSampler(decoder.to(device), bf16=settings.bf16, cudagraph=settings.cudagraph)
     except Exception:
-        connection.send(("failed", None, traceback.format_exc()))
+        connection.send(("failed", 0, None, traceback.format_exc()))
         return
-    connection.send(("ready", None, None))
+    connection.send(("ready", 0, None, None))
     while True:
         try:
             message = connection.recv()
@@ -347,18 +412,19 @@ def _worker_main(settings: _WorkerSettings, gpu: int, lock: Any, connection: Con
             return
         if message is None:
             return
-        index, job = message
+        call, index, job = message
         try:
             with lock:
                 result = settings.job_fn(sampler, job)
+            answer = ForkingPickler.dumps(("done", call, index, result))
         except Exception:
-            connection.send(("failed", index, traceback.format_exc()))
-        else:
-            connection.send(("done", index, result))
+            answer = ForkingPickler.dumps(("failed", call, index, traceback.format_exc()))
+        connection.send_bytes(answer)
 
 
-def _check_seconds(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+def _pickled_job(call: int, index: int, job: SampleJob) -> bytes:
+    """The message that sends job ``index`` of map call ``call``, pickled as the pipe would."""
+    try:
+        return ForkingPickler.dumps((call, index, job))
+    except Exception as exc:
+        raise ValueError(f"jobs[{index}] cannot be pickled to send to a worker: {exc!r}") from exc

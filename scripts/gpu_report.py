@@ -1,8 +1,8 @@
 """Build the GPU run's markdown report from what scripts/gpu_suite.sh left in OUTDIR.
 
-Reads stack.json, each step's JUnit XML (outcomes, skip reasons, failure messages and the
-figures tests recorded with ``record_property``), the plugin's "cudagraph" terminal summary
-section from each step's log, and bench.md when the benchmarks ran.
+Reads each step's plugin results (``--cudagraph-json``: stack facts, parity and memory records,
+the conformance table, skips by reason), its JUnit XML (outcomes, failure messages and the
+figures tests recorded with ``record_property``), and bench.md when the benchmarks ran.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
@@ -20,9 +19,8 @@ SUITE_KNOBS = ("TEST_ARGS", "SKIP_BENCH", "BENCH_ARGS")
 
 
 def junit_outcomes(path: Path) -> dict:
-    """Counts, skip reasons, failures and recorded properties of one JUnit XML file."""
+    """Counts, failures and recorded properties of one JUnit XML file."""
     counts: Counter[str] = Counter()
-    skips: Counter[str] = Counter()
     failures: list[tuple[str, str]] = []
     figures: list[tuple[str, str, str]] = []
     for case in ET.parse(path).getroot().iter("testcase"):
@@ -33,7 +31,6 @@ def junit_outcomes(path: Path) -> dict:
             failed = case.find("error")
         if skipped is not None:
             counts["skipped"] += 1
-            skips[_one_line(skipped.get("message", ""))] += 1
         elif failed is not None:
             counts["failed"] += 1
             failures.append((name, _one_line(failed.get("message", ""))))
@@ -41,21 +38,7 @@ def junit_outcomes(path: Path) -> dict:
             counts["passed"] += 1
         for prop in case.iter("property"):
             figures.append((name, prop.get("name", ""), prop.get("value", "")))
-    return {"counts": counts, "skips": skips, "failures": failures, "figures": figures}
-
-
-def summary_section(log: Path) -> list[str]:
-    """The lines of the plugin's "cudagraph" terminal summary section in a pytest log."""
-    lines = log.read_text(errors="replace").splitlines()
-    section: list[str] = []
-    inside = False
-    for line in lines:
-        if re.match(r"^=+ .* =+$", line):
-            inside = "cudagraph" in line
-            continue
-        if inside:
-            section.append(line)
-    return section
+    return {"counts": counts, "failures": failures, "figures": figures}
 
 
 def suite_command(label: str) -> str:
@@ -64,18 +47,65 @@ def suite_command(label: str) -> str:
     return "".join(knobs) + f"bash scripts/gpu_suite.sh $OUT {label}"
 
 
-def render(outdir: Path, label: str, commit: str) -> str:
-    stack = json.loads((outdir / "stack.json").read_text())
-    out = [
-        f"# GPU run: {label}",
-        "",
-        f"- date: {stack['date']}",
-        f"- GPUs: {', '.join(stack['gpus']) or 'none'}; driver {stack['driver']}",
+def stack_lines(stack: dict) -> list[str]:
+    gpus = ", ".join(
+        f"{gpu['name']} ({gpu['total_bytes'] / 2**30:.0f} GiB)" for gpu in stack["gpus"]
+    )
+    return [
+        f"- GPUs: {gpus or 'none'}; driver {stack['driver'] or 'none'}",
         f"- python {stack['python']}, torch {stack['torch']}, torch CUDA {stack['torch_cuda']}",
-        f"- tree: commit {commit}",
-        f"- command: `{suite_command(label)}`",
-        "",
     ]
+
+
+def plugin_lines(results: dict) -> list[str]:
+    """The plugin's records of one step: parity, memory, conformance table, skips."""
+    out = []
+    pinned = results["pinned_stack"]
+    verdict = "matches" if pinned["running_matches"] else "; ".join(pinned["mismatches"])
+    out += [f"Pinned stack {pinned['pinned']}: {verdict}", ""]
+    parity = results["parity"]
+    if parity:
+        checked = sum(record["value"]["checked"] for record in parity)
+        passed = sum(record["value"]["passed"] for record in parity)
+        out += [f"Parity: {passed} of {checked} checked cases match", ""]
+    if results["memory"]:
+        out += ["| test | growth MiB | bound MiB | peak MiB | outside torch MiB |"]
+        out += ["| --- | --- | --- | --- | --- |"]
+        for record in results["memory"]:
+            v = record["value"]
+            out.append(
+                f"| `{record['nodeid']}` | {v['growth_mib']:+.1f} | {v['bound_mib']:g} | "
+                f"{v['peak_growth_mib']:+.1f} | {v['outside_torch_growth_mib']:+.1f} |"
+            )
+        out.append("")
+    table = results["conformance"]
+    if table:
+        out += [f"Conformance of `{table['target']}`:", ""]
+        out += ["| check | verdict | seconds | figure |", "| --- | --- | --- | --- |"]
+        for row in table["rows"]:
+            seconds = f"{row['seconds']:.1f}" if row["seconds"] is not None else "-"
+            detail = "; ".join(text for text in (row["figure"], row["reason"]) if text)
+            out.append(f"| {row['check']} | {row['verdict']} | {seconds} | {detail} |")
+        out.append("")
+    skips = results["skips"]["by_reason"]
+    if skips:
+        out += ["Skips by reason:", ""]
+        out += [f"- {entry['count']} x {entry['reason']}" for entry in skips]
+        out.append("")
+    return out
+
+
+def render(outdir: Path, label: str, commit: str) -> str:
+    results = {
+        step: json.loads((outdir / f"{step}.json").read_text())
+        for step in STEPS
+        if (outdir / f"{step}.json").exists()
+    }
+    out = [f"# GPU run: {label}", ""]
+    if results:
+        first = next(iter(results.values()))
+        out += [f"- date: {first['date']}", *stack_lines(first["stack"])]
+    out += [f"- tree: commit {commit}", f"- command: `{suite_command(label)}`", ""]
     exits = outdir / "exits.txt"
     if exits.exists():
         out += ["Step exit codes: " + "; ".join(exits.read_text().split("\n")).strip("; "), ""]
@@ -95,18 +125,12 @@ def render(outdir: Path, label: str, commit: str) -> str:
             out += ["Failures:", ""]
             out += [f"- `{name}`: {message}" for name, message in result["failures"]]
             out.append("")
-        if result["skips"]:
-            out += ["Skips by reason:", ""]
-            out += [f"- {n} x {reason}" for reason, n in result["skips"].most_common()]
-            out.append("")
         if result["figures"]:
             out += ["| test | figure | value |", "| --- | --- | --- |"]
             out += [f"| `{n}` | {k} | {v} |" for n, k, v in result["figures"]]
             out.append("")
-        log = outdir / f"{step}.log"
-        section = summary_section(log) if log.exists() else []
-        if section:
-            out += ["Plugin summary:", "", "```", *section, "```", ""]
+        if step in results:
+            out += plugin_lines(results[step])
     bench = outdir / "bench.md"
     if bench.exists():
         out += ["## Benchmarks", "", bench.read_text()]

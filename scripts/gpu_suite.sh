@@ -12,6 +12,7 @@
 # Knobs (environment): TEST_ARGS (the project's tests to run; default all but the benchmarks),
 # SKIP_BENCH=1, BENCH_ARGS (extra pytest-benchmark arguments), STEP_TIMEOUT (seconds per step).
 #
+# Each step writes the plugin's results (--cudagraph-json) beside its JUnit XML and log.
 # Steps may fail; the script goes on so the report shows every outcome, and exits non-zero if
 # any step failed.
 set -uo pipefail
@@ -26,12 +27,11 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log
     || { echo "editable install failed; running from the tree" | tee -a "$out/install.log"; export PYTHONPATH="$PWD"; }
 
 gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
-python3 scripts/stack_facts.py >"$out/stack.json"
 
 run() {  # name, then the pytest arguments
     local name=$1; shift
     echo "== $name: pytest $*"
-    timeout "${STEP_TIMEOUT:-900}" python3 -m pytest "$@" --junitxml="$out/$name.xml" -rfEs -p no:cacheprovider \
+    timeout "${STEP_TIMEOUT:-900}" python3 -m pytest "$@" --junitxml="$out/$name.xml" --cudagraph-json="$out/$name.json" -rfEs -p no:cacheprovider \
         >"$out/$name.log" 2>&1
     local rc=$?
     echo "$name exit $rc" | tee -a "$out/exits.txt"

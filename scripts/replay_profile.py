@@ -3,7 +3,7 @@
     python scripts/replay_profile.py [--keys 1x64 8x64] [--calls 5]
 
 On the current GPU, builds the benchmarks' workload (default-config decoder, random weights,
-memory length 64; tests/bench/bench_workloads.py) and a GraphCache, makes ``--calls``
+memory length 64; reasyn_ref.workloads) and a GraphCache, makes ``--calls``
 back-to-back calls at each key under torch.profiler, and prints per key: device operations per
 call, their summed time, the span from the first start to the last end, and the ratio of the
 two; then one row per kernel name: launches per call, mean duration and the idle time before
@@ -20,14 +20,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-# The benchmarks' workload and profile arithmetic, so figures compare; the checkout's packages,
-# installed or not.
-sys.path[:0] = [str(ROOT / "tests" / "bench"), str(ROOT)]
-
-from device_profile import Profile, profile_device_ops, summarize  # noqa: E402
+from pytest_cudagraph.device_profile import Profile, profile_device_ops, summarize
 
 
 def parse_key(text: str) -> tuple[int, int]:
@@ -55,9 +49,9 @@ def render(key: tuple[int, int], profile: Profile, name_width: int = 100) -> str
 
 def profile_key(key: tuple[int, int], calls: int) -> Profile:
     import torch
-    from bench_workloads import forward_inputs, make_decoder, warm_up
 
     from reasyn_ref.graph_cache import GraphCache
+    from reasyn_ref.workloads import forward_inputs, make_decoder, warm_up
 
     device = torch.device("cuda", torch.cuda.current_device())
     decoder = make_decoder(device)
@@ -65,7 +59,7 @@ def profile_key(key: tuple[int, int], calls: int) -> Profile:
     inputs = forward_inputs(decoder.config, key, device)
 
     def step() -> None:
-        cache(*inputs, rows=key[0])
+        cache(inputs)
 
     warm_up(step)  # the first call captures
     ops = profile_device_ops(step, calls)

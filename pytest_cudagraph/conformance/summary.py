@@ -75,6 +75,10 @@ class ConformanceSummary:
         elif report.when == "call":
             row.verdict = "passed"
 
+    def target_name(self) -> str:
+        """The target's name or spec, as the table and the JSON results show it."""
+        return describe_spec(self.target_spec)
+
     def lines(self, records: object = None) -> list[str]:
         """The table (a summary renderer: the plugin's records are not needed)."""
         if not self.rows:
@@ -82,7 +86,7 @@ class ConformanceSummary:
         rows = [self.rows[key] for key in sorted(self.rows)]
         counts = Counter("failed" if row.verdict in FAILED else row.verdict for row in rows)
         tally = ", ".join(f"{count} {verdict}" for verdict, count in sorted(counts.items()))
-        title = f"conformance of {describe_spec(self.target_spec)} ({tally}):"
+        title = f"conformance of {self.target_name()} ({tally}):"
         return [title, *format_table(rows)]
 
 

@@ -43,8 +43,8 @@ def _first_call(step: Callable[[], torch.Tensor]) -> tuple[float, torch.Tensor]:
 
 @pytest.mark.parametrize("key", FORWARD_KEYS, ids=key_id)
 def test_eager(key, default_decoder, cuda_device, cuda_benchmark, bench_results):
-    inputs = forward_inputs(default_decoder.config, key, cuda_device)
-    step = partial(ar_step_logits, default_decoder, *inputs, rows=key[0], bf16=True)
+    ar_step = forward_inputs(default_decoder.config, key, cuda_device)
+    step = partial(ar_step_logits, default_decoder, ar_step, bf16=True)
     warm_up(step)
     cuda_benchmark(step)
     cuda_benchmark.extra_info.update(_info("eager", key))
@@ -58,18 +58,19 @@ def test_compile(key, default_decoder, cuda_device, cuda_benchmark, bench_result
     from torch._inductor.cudagraph_trees import reset_cudagraph_trees
     from torch._inductor.utils import fresh_inductor_cache
 
-    inputs = forward_inputs(default_decoder.config, key, cuda_device)
-    eager = ar_step_logits(default_decoder, *inputs, rows=key[0], bf16=True)
+    ar_step = forward_inputs(default_decoder.config, key, cuda_device)
+    eager = ar_step_logits(default_decoder, ar_step, bf16=True)
     torch._dynamo.reset()
     counters.clear()
     # A cold compile cache, so that the compile seconds are what a fresh process pays.
     with fresh_inductor_cache():
         compiled = torch.compile(default_decoder, mode="reduce-overhead", dynamic=False)
-        step = partial(ar_step_logits, compiled, *inputs, rows=key[0], bf16=True)
+        step = partial(ar_step_logits, compiled, ar_step, bf16=True)
         compile_s, _ = _first_call(step)
         warm_up(step)  # CUDA-graph trees record on a later call than the first
         with step_context(cuda_device, bf16=True):
-            raw_dtype = compiled(*inputs).dtype  # the output itself is not kept
+            forward_args = (ar_step.tokens, ar_step.memory, ar_step.memory_padding_mask)
+            raw_dtype = compiled(*forward_args, ar_step.gather).dtype  # the output is not kept
         assert raw_dtype == torch.bfloat16, f"compiled forward ran in {raw_dtype}, not bf16"
         skips = counters["inductor"]["cudagraph_skips"]
         assert skips == 0, f"torch.compile skipped CUDA graphs {skips} time(s): not reduce-overhead"
@@ -92,10 +93,10 @@ def test_compile(key, default_decoder, cuda_device, cuda_benchmark, bench_result
 
 @pytest.mark.parametrize("key", FORWARD_KEYS, ids=key_id)
 def test_graph(key, default_decoder, cuda_device, cuda_benchmark, bench_results):
-    inputs = forward_inputs(default_decoder.config, key, cuda_device)
-    eager = ar_step_logits(default_decoder, *inputs, rows=key[0], bf16=True)
+    ar_step = forward_inputs(default_decoder.config, key, cuda_device)
+    eager = ar_step_logits(default_decoder, ar_step, bf16=True)
     cache = GraphCache(default_decoder, cuda_device)
-    step = partial(cache, *inputs, rows=key[0])
+    step = partial(cache, ar_step)
     capture_s, first = _first_call(step)  # buffers, warm-ups, capture and the first replay
     assert torch.equal(first, eager), "graph logits differ from eager: the cache is not exact"
     warm_up(step)

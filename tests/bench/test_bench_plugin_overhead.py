@@ -14,19 +14,22 @@ import torch
 from bench_workloads import MEMORY_LEN, needs_cuda
 
 from pytest_cudagraph.parity import ParityChecker
-from reasyn_ref import Decoder, DecoderConfig, expand_memory
+from reasyn_ref import ARStep, Decoder, DecoderConfig, expand_memory
 from reasyn_ref.graph_cache import GraphCache
 from reasyn_ref.model import ar_step_logits
+from reasyn_ref.workloads import seeded_decoder
 
 CASES = 64
 PARITY_KEYS = [(1, 64), (2, 64), (4, 128), (8, 64)]  # cases cycle over them
 ROUNDS = 3
 
 
-def parity_inputs(config: DecoderConfig, generator: torch.Generator, case: int) -> dict:
-    """One AR step's inputs at key PARITY_KEYS[case % 4], every tensor drawn from ``generator``:
-    right-padded rows of random lengths (the first one full), gather at each row's end, one
-    target's memory with a random amount of padding, expanded over the rows."""
+def parity_inputs(config: DecoderConfig, generator: torch.Generator, case: int) -> ARStep:
+    """One AR step at key PARITY_KEYS[case % 4], every tensor drawn on the device from the
+    checker's ``generator`` (unlike ``reasyn_ref.workloads.random_step``, which lays rows out
+    on the host: this benchmark times the checker's own input cost): right-padded rows of
+    random lengths (the first one full), gather at each row's end, one target's memory with a
+    random amount of padding, expanded over the rows."""
     batch, seq = PARITY_KEYS[case % len(PARITY_KEYS)]
     device = generator.device
 
@@ -42,13 +45,7 @@ def parity_inputs(config: DecoderConfig, generator: torch.Generator, case: int) 
     memory = torch.randn(1, MEMORY_LEN, config.d_model, generator=generator, device=device)
     mask = torch.arange(MEMORY_LEN, device=device) >= MEMORY_LEN - draw(0, 16, (1, 1))
     memory, mask = expand_memory(memory, mask, batch)
-    return {
-        "tokens": tokens,
-        "memory": memory,
-        "memory_padding_mask": mask,
-        "gather": lengths - 1,
-        "rows": batch,
-    }
+    return ARStep(tokens, memory, mask, lengths - 1, batch)
 
 
 def benchmark_parity_check(benchmark, decoder: Decoder, graphed) -> None:
@@ -63,8 +60,7 @@ def benchmark_parity_check(benchmark, decoder: Decoder, graphed) -> None:
 
 
 def test_parity_check_cpu_tiny(benchmark):
-    torch.manual_seed(0)
-    decoder = Decoder(DecoderConfig.tiny()).eval()
+    decoder = seeded_decoder(DecoderConfig.tiny(), 0)
     benchmark_parity_check(benchmark, decoder, partial(ar_step_logits, decoder, bf16=True))
     benchmark.extra_info.update(
         bench="plugin_overhead", variant="parity_check", device="cpu", config="tiny", cases=CASES

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from device_profile import DeviceOp, summarize
 from script_modules import script_module
+
+from pytest_cudagraph.device_profile import DeviceOp, summarize
 
 
 @pytest.fixture(scope="module")

@@ -8,41 +8,37 @@ Use as ``--cudagraph-target broken_targets:<factory>`` with this folder on the i
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import torch
 from torch import Tensor
 
 from pytest_cudagraph.target import CudaGraphTarget
+from reasyn_ref import ARStep
 from reasyn_ref.conformance import ReferenceTarget
-from reasyn_ref.graph_cache import LRU, GraphCache, GraphKey, _Entry
+from reasyn_ref.graph_cache import LRU, GraphCache, GraphEntry, GraphKey
 
 
 class BakedMemoryCache(GraphCache):
     """Upstream's bug: the memory a graph first ran with stays in it; later calls on the same
     key refresh tokens, mask and gather but not the memory."""
 
-    def _replay(
-        self,
-        entry: _Entry,
-        tokens: Tensor,
-        memory: Tensor,
-        memory_padding_mask: Tensor | None,
-        gather: Tensor,
-    ) -> None:
+    def replay(self, entry: GraphEntry, step: ARStep) -> None:
         if getattr(entry, "memory_baked", False):
-            memory = entry.memory  # copying the buffer onto itself: the old memory stays
+            # Copying the buffer onto itself: the old memory stays.
+            step = replace(step, memory=entry.memory.expand_as(step.memory))
         entry.memory_baked = True
-        super()._replay(entry, tokens, memory, memory_padding_mask, gather)
+        super().replay(entry, step)
 
 
 class StaticOutputCache(GraphCache):
     """Returns the graph's own output buffer (the fp32 cast captured in the graph) instead of
     a copy, so the next replay of that key overwrites what the caller holds."""
 
-    def _forward(self, entry: _Entry) -> Tensor:
-        return super()._forward(entry).float()
+    def static_step(self, entry: GraphEntry) -> Tensor:
+        return super().static_step(entry).float()
 
-    def _copy_out(self, entry: _Entry, rows: int) -> Tensor:
+    def copy_out(self, entry: GraphEntry, rows: int) -> Tensor:
         return entry.logits[:rows]
 
 
@@ -85,7 +81,7 @@ class WrongDeviceCache(GraphCache):
 
 
 class NeverEvicts(LRU):
-    def put(self, key: GraphKey, value: _Entry) -> list[tuple[GraphKey, _Entry]]:
+    def put(self, key: GraphKey, value: GraphEntry) -> list[tuple[GraphKey, GraphEntry]]:
         self._items[key] = value
         self._items.move_to_end(key)
         return []

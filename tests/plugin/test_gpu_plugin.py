@@ -169,13 +169,14 @@ def test_nvml_probe_sees_this_process_and_its_peak(device_memory, cuda_device) -
 
 
 def test_header_on_a_gpu(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_a(cuda_device): pass")
     result = pytester.runpytest_inprocess()
     result.stdout.fnmatch_lines(
         [
-            f"cudagraph: python *, torch {torch.__version__}, torch CUDA {torch.version.cuda}, "
-            "driver *",
-            f"cudagraph: GPUs: cuda:0 {torch.cuda.get_device_name(0)} (* GiB)*",
-            "cudagraph: NVML: ok; pinned stack: *",
+            f"cudagraph: python *, torch {torch.__version__} with CUDA {torch.version.cuda}, "
+            "NVIDIA driver *",
+            f"cudagraph: GPUs cuda:0 {torch.cuda.get_device_name(0)} (* GiB)*; NVML ok",
+            "cudagraph: tests use cuda:0 (default)",
         ]
     )
 

@@ -8,7 +8,7 @@ import pynvml
 import pytest
 import torch
 
-from pytest_cudagraph import devices
+from pytest_cudagraph import devices, settings
 
 MiB = devices.MiB
 
@@ -55,8 +55,9 @@ def test_binding_a_worker_narrows_cuda_visible_devices(monkeypatch: pytest.Monke
     binding = devices.bind_xdist_worker("gw4", environ)
     assert environ == {"CUDA_VISIBLE_DEVICES": "1"}
     assert binding == devices.DeviceBinding(
-        torch.device("cuda", 0), "xdist worker gw4: CUDA_VISIBLE_DEVICES=1 (of 0,1,2)"
+        0, "xdist worker gw4: CUDA_VISIBLE_DEVICES=1 (of 0,1,2)"
     )
+    assert binding.device == torch.device("cuda", 0)
 
 
 def test_binding_a_worker_indexes_into_the_outer_list(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,13 +79,13 @@ def test_without_a_gpu_count_the_worker_is_not_bound(monkeypatch: pytest.MonkeyP
 
 @pytest.mark.parametrize("text", ["cuda:1", "1", " cuda:1 "])
 def test_device_setting_accepts_cuda_n_or_n(text: str) -> None:
-    assert devices.parse_device(text) == torch.device("cuda", 1)
+    assert settings.DEVICE.parse(text) == 1
 
 
 @pytest.mark.parametrize("text", ["cpu", "cuda", "gpu:1", "-1"])
 def test_device_setting_rejects_anything_else(text: str) -> None:
     with pytest.raises(ValueError, match="expected cuda:N or N"):
-        devices.parse_device(text)
+        settings.DEVICE.parse(text)
 
 
 def test_bad_device_setting_is_a_usage_error_naming_its_source(
@@ -96,14 +97,27 @@ def test_bad_device_setting_is_a_usage_error_naming_its_source(
     result.stderr.fnmatch_lines(["ERROR: PYTEST_CUDAGRAPH_DEVICE='gpu1': expected cuda:N or N"])
 
 
-def test_device_option_beats_env_and_shows_in_the_header(
+def test_device_option_beats_env(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    pytester.makepyfile(
+        """
+        import os
+
+        from pytest_cudagraph import plugin
+
+        def test_binding(pytestconfig):
+            binding = pytestconfig.stash[plugin.BINDING]
+            assert (binding.index, binding.how) == (int(os.environ["INDEX"]), os.environ["HOW"])
+        """
+    )
     monkeypatch.setenv("PYTEST_CUDAGRAPH_DEVICE", "cuda:2")
-    result = pytester.runpytest_inprocess("--cudagraph-device=3")
-    result.stdout.fnmatch_lines(["cudagraph: device cuda:3 (--cudagraph-device)"])
-    result = pytester.runpytest_inprocess()
-    result.stdout.fnmatch_lines(["cudagraph: device cuda:2 (PYTEST_CUDAGRAPH_DEVICE)"])
+    monkeypatch.setenv("INDEX", "3")
+    monkeypatch.setenv("HOW", "--cudagraph-device")
+    pytester.runpytest_inprocess("--cudagraph-device=3").assert_outcomes(passed=1)
+    monkeypatch.setenv("INDEX", "2")
+    monkeypatch.setenv("HOW", "PYTEST_CUDAGRAPH_DEVICE")
+    pytester.runpytest_inprocess().assert_outcomes(passed=1)
 
 
 # NVML lookups against a simulated NVML: identity by UUID (or PCI bus id), never by index.

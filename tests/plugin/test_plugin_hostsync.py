@@ -20,3 +20,20 @@ def test_marker_skips_without_cuda(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_inprocess("-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["  1 x needs CUDA: torch.cuda.is_available() is False"])
+
+
+def test_marker_skips_where_cuda_device_is_the_cpu(cpu_pytester: pytest.Pytester) -> None:
+    cpu_pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.no_host_sync
+        def test_sync():
+            raise AssertionError("must not run")
+        """
+    )
+    result = cpu_pytester.runpytest_inprocess("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(
+        ["SKIPPED * no_host_sync needs a CUDA device: cuda_device is cpu, where no operation *"]
+    )

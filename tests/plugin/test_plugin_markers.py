@@ -10,7 +10,7 @@ def test_markers_help_is_built_from_the_marker_functions(pytester: pytest.Pytest
     result.stdout.fnmatch_lines(
         [
             "@pytest.mark.cuda_graph_parity(toggle=None, seed=None): Compare a graphed callable*",
-            "@pytest.mark.graph_memory_bound(mib=None): Fail when this process's memory*",
+            "@pytest.mark.graph_memory_bound(bound=None): Fail when this process's memory*",
             "@pytest.mark.pinned_stack(python=None, torch=None, cuda=None): Skip unless*",
             "@pytest.mark.no_host_sync: Fail the test when its body makes the host wait*",
         ]
@@ -41,15 +41,16 @@ def test_markers_pass_strict_markers(pytester: pytest.Pytester) -> None:
     [
         (
             "graph_memory_bound(-5)",
-            "graph_memory_bound on {id}: mib must be a positive number, got -5",
+            "graph_memory_bound on {id}: bound must be a positive size, got -5",
         ),
         (
-            "graph_memory_bound('8')",
-            "graph_memory_bound on {id}: mib must be a positive number, got '8'",
+            "graph_memory_bound('8MB')",
+            "graph_memory_bound on {id}: bound must be a number of MiB or a size with a unit "
+            "KiB, MiB or GiB (e.g. 512MiB, 1.5GiB), got '8MB'",
         ),
         (
             "graph_memory_bound(True)",
-            "graph_memory_bound on {id}: mib must be a positive number, got True",
+            "graph_memory_bound on {id}: bound must be a number of MiB or a size string such as '512MiB', got True",
         ),
         (
             "graph_memory_bound(8, 9)",
@@ -57,12 +58,20 @@ def test_markers_pass_strict_markers(pytester: pytest.Pytester) -> None:
         ),
         (
             "graph_memory_bound",
-            "graph_memory_bound on {id}: needs mib, or a default bound from "
-            "--cudagraph-memory-bound-mib",
+            "graph_memory_bound on {id}: needs a bound, or a default from --cudagraph-memory-bound",
         ),
         (
             "cuda_graph_parity(seed=-1)",
-            "cuda_graph_parity on {id}: seed must be an integer >= 0, got -1",
+            "cuda_graph_parity on {id}: seed must be in ?0, 2??63 - 1? (case k runs under "
+            "torch.manual_seed(seed + k)), got -1",
+        ),
+        (
+            "cuda_graph_parity(seed=2**64)",
+            "cuda_graph_parity on {id}: seed must be in *, got 18446744073709551616",
+        ),
+        (
+            "cuda_graph_parity(seed='3')",
+            "cuda_graph_parity on {id}: seed must be an integer, got '3'",
         ),
         (
             "cuda_graph_parity(toggle='')",
@@ -149,6 +158,6 @@ def test_bound_from_option_completes_a_bare_memory_marker(cpu_pytester: pytest.P
             pass
         """
     )
-    result = cpu_pytester.runpytest_inprocess("--cudagraph-memory-bound-mib=4")
+    result = cpu_pytester.runpytest_inprocess("--cudagraph-memory-bound=4MiB")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*grew by 10.0 MiB, over the 4 MiB bound*"])

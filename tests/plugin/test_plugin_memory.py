@@ -70,7 +70,7 @@ def test_marker_passes_and_fails_on_the_probe_readings(cpu_pytester: pytest.Pyte
         import pytest
 
         @pytest.mark.fake_memory(growth_mib=3)
-        @pytest.mark.graph_memory_bound(mib=32)
+        @pytest.mark.graph_memory_bound(bound="32MiB")
         def test_small():
             pass
 
@@ -110,7 +110,7 @@ def test_marker_passes_and_fails_on_the_probe_readings(cpu_pytester: pytest.Pyte
 def test_bound_from_ini_and_env(
     cpu_pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cpu_pytester.makeini("[pytest]\ncudagraph_memory_bound_mib = 2")
+    cpu_pytester.makeini("[pytest]\ncudagraph_memory_bound = 2")
     cpu_pytester.makepyfile(
         """
         import pytest
@@ -122,7 +122,7 @@ def test_bound_from_ini_and_env(
         """
     )
     cpu_pytester.runpytest_inprocess().assert_outcomes(failed=1)
-    monkeypatch.setenv("PYTEST_CUDAGRAPH_MEMORY_BOUND_MIB", "10")
+    monkeypatch.setenv("PYTEST_CUDAGRAPH_MEMORY_BOUND", "0.01GiB")
     cpu_pytester.runpytest_inprocess().assert_outcomes(passed=1)
 
 
@@ -142,7 +142,7 @@ def test_marker_and_probe_skip_without_cuda(pytester: pytest.Pytester) -> None:
     )
     result = pytester.runpytest_inprocess("-rs")
     result.assert_outcomes(skipped=2)
-    result.stdout.fnmatch_lines(["  1 x needs CUDA: torch.cuda.is_available() is False"])
+    result.stdout.fnmatch_lines(["  2 x needs CUDA: torch.cuda.is_available() is False"])
 
 
 @pytest.mark.skipif(nvml_status().available, reason="checks the skip where NVML is absent")

@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 
+from pytest_cudagraph import settings
 from pytest_cudagraph.parity import Mismatch, ParityChecker, compare_outputs
 
 # compare_outputs
@@ -344,6 +345,7 @@ import pytest
 @pytest.mark.cuda_graph_parity{arguments}
 def test_seed(graph_parity):
     print("seed", graph_parity.seed)
+    graph_parity.check(abs, abs, lambda generator, case: -1.5, cases=1)
 """
 
 
@@ -375,6 +377,36 @@ def test_seed_precedence_is_marker_option_env_ini(
     args = ["-s"] + ([f"--cudagraph-seed={option}"] if option else [])
     result = cpu_pytester.runpytest_inprocess(*args)
     result.stdout.fnmatch_lines([f"*seed {expected}*"])
+
+
+@pytest.mark.skipif(not settings.TYPED_INI, reason="native TOML numbers need pytest >= 9.2")
+def test_seed_as_a_native_toml_integer(cpu_pytester: pytest.Pytester) -> None:
+    cpu_pytester.makepyprojecttoml("[tool.pytest]\ncudagraph_seed = 7\n")
+    cpu_pytester.makepyfile(SEED_TEST.format(arguments=""))
+    result = cpu_pytester.runpytest_inprocess("-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*seed 7*"])
+
+
+def test_a_marked_test_that_compares_nothing_fails_saying_so(cpu_pytester: pytest.Pytester) -> None:
+    cpu_pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.cuda_graph_parity
+        def test_forgot(graph_parity):
+            pass
+
+        @pytest.mark.cuda_graph_parity(toggle="DEMO_GRAPHS")
+        def test_records_nothing(graph_parity):
+            pass
+        """
+    )
+    result = cpu_pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        ["*cuda_graph_parity on test_*.py::test_forgot: the test compared nothing; call *"]
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the skip where CUDA is absent")

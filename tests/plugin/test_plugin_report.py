@@ -2,68 +2,111 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 
 from pytest_cudagraph import report
-from pytest_cudagraph.devices import DeviceBinding, GpuInfo, NvmlStatus, StrayCheck
-from pytest_cudagraph.stack import RunningStack
+from pytest_cudagraph.devices import DeviceBinding, GpuInfo, StrayCheck
+from pytest_cudagraph.markers.memory import MemoryBoundMarker
+from pytest_cudagraph.markers.parity import ParityMarker
 
 GiB = 1024**3
 
 
-def test_header_on_a_machine_without_cuda_or_nvml() -> None:
-    environment = report.Environment(
-        torch_version="2.13.0+cpu",
-        running=RunningStack("3.11.7", "2.13.0", None),
-        nvml=NvmlStatus(False, "NVML Shared Library Not Found"),
-        gpus=[],
-        stack_mismatches=["python 3.11.7 not ~=3.10.0", "cuda none not ~=11.8"],
-        binding=DeviceBinding(torch.device("cuda", 0), "default"),
-    )
-    assert report.header_lines(environment) == [
-        "cudagraph: python 3.11.7, torch 2.13.0+cpu, torch CUDA none, driver n/a",
-        "cudagraph: GPUs: none (torch.cuda.is_available() is False)",
-        "cudagraph: NVML: unavailable (NVML Shared Library Not Found); pinned stack: no "
-        "(python 3.11.7 not ~=3.10.0; cuda none not ~=11.8)",
-        "cudagraph: device cuda:0 (default)",
+CPU_BOX = report.StackFacts(
+    python="3.11.7",
+    torch="2.13.0+cpu",
+    torch_cuda=None,
+    driver=None,
+    nvml="unavailable (NVML Shared Library Not Found)",
+)
+
+
+def test_header_on_a_machine_without_cuda_names_no_device() -> None:
+    assert report.header_lines(CPU_BOX, DeviceBinding(0, "default")) == [
+        "cudagraph: python 3.11.7, torch 2.13.0+cpu (CPU build, no CUDA), NVIDIA driver none",
+        "cudagraph: no GPU visible to torch, so tests that need CUDA skip",
     ]
 
 
 def test_header_on_a_gpu_machine() -> None:
-    environment = report.Environment(
-        torch_version="2.7.1+cu118",
-        running=RunningStack("3.10.14", "2.7.1", "11.8"),
-        nvml=NvmlStatus(True, "570.86.15"),
+    facts = report.StackFacts(
+        python="3.10.14",
+        torch="2.7.1+cu118",
+        torch_cuda="11.8",
+        driver="570.86.15",
+        nvml="ok",
         gpus=[
             GpuInfo("cuda:0", "NVIDIA H200", 140 * GiB),
             GpuInfo("cuda:1", "NVIDIA H200", 140 * GiB),
         ],
-        stack_mismatches=[],
-        binding=DeviceBinding(
-            torch.device("cuda", 0), "xdist worker gw1: CUDA_VISIBLE_DEVICES=1 (of 0,1)"
-        ),
     )
-    assert report.header_lines(environment) == [
-        "cudagraph: python 3.10.14, torch 2.7.1+cu118, torch CUDA 11.8, driver 570.86.15",
-        "cudagraph: GPUs: cuda:0 NVIDIA H200 (140.0 GiB), cuda:1 NVIDIA H200 (140.0 GiB)",
-        "cudagraph: NVML: ok; pinned stack: yes",
-        "cudagraph: device cuda:0 (xdist worker gw1: CUDA_VISIBLE_DEVICES=1 (of 0,1))",
+    binding = DeviceBinding(0, "xdist worker gw1: CUDA_VISIBLE_DEVICES=1 (of 0,1)")
+    assert report.header_lines(facts, binding) == [
+        "cudagraph: python 3.10.14, torch 2.7.1+cu118 with CUDA 11.8, NVIDIA driver 570.86.15",
+        "cudagraph: GPUs cuda:0 NVIDIA H200 (140.0 GiB), cuda:1 NVIDIA H200 (140.0 GiB); NVML ok",
+        "cudagraph: tests use cuda:0 (xdist worker gw1: CUDA_VISIBLE_DEVICES=1 (of 0,1))",
     ]
 
 
+def test_an_unrelated_run_prints_no_cudagraph_lines(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_unrelated="import pytest\n\ndef test_a(): pass\n\ndef test_b(): pytest.skip('no')"
+    )
+    result = pytester.runpytest_subprocess("-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    # The plugins line and the directory name aside, no line mentions the plugin.
+    lines = [line for line in result.stdout.lines if not line.startswith(("plugins:", "rootdir:"))]
+    assert not [line for line in lines if "cudagraph" in line]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the header where CUDA is absent")
-def test_real_header_without_cuda(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize(
+    "test_file",
+    [
+        "def test_a(cuda_device): pass",
+        "import pytest\n\n@pytest.mark.no_host_sync\ndef test_a(): pass",
+    ],
+)
+def test_a_run_that_uses_the_plugin_gets_the_header(
+    pytester: pytest.Pytester, test_file: str
+) -> None:
+    pytester.makepyfile(test_file)
+    result = pytester.runpytest_subprocess()
+    result.stdout.fnmatch_lines(
+        [
+            "collected 1 item",
+            f"cudagraph: python *, torch {torch.__version__} (CPU build, no CUDA), NVIDIA driver *",
+            "cudagraph: no GPU visible to torch, so tests that need CUDA skip",
+        ]
+    )
+    assert "pinned_stack" not in result.stdout.str()
+    assert "cuda:0" not in result.stdout.str()
+
+
+def test_a_given_setting_prints_the_header_before_collection(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_a(): pass")
+    result = pytester.runpytest_subprocess("--cudagraph-seed=3")
+    result.stdout.fnmatch_lines(["cudagraph: python *", "collected 1 item"])
+
+
+def test_the_pinned_stack_line_appears_only_with_pinned_tests(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\ncudagraph_pinned_stack = python<3")
+    pytester.makepyfile(
+        "import pytest\n\n@pytest.mark.pinned_stack\ndef test_a(): pass\n\n"
+        "@pytest.mark.pinned_stack\ndef test_b(): pass"
+    )
     result = pytester.runpytest_inprocess()
     result.stdout.fnmatch_lines(
         [
-            f"cudagraph: python *, torch {torch.__version__}, "
-            f"torch CUDA {torch.version.cuda or 'none'}, driver *",
-            "cudagraph: GPUs: none (torch.cuda.is_available() is False)",
-            "cudagraph: NVML: *; pinned stack: *",
+            "cudagraph: 2 pinned_stack test(s) are meant for python<3; this is not it "
+            "(python * not <3), so they skip"
         ]
     )
-    assert not torch.cuda.is_initialized()
+    result = pytester.runpytest_inprocess("--cudagraph-stack=any")
+    result.stdout.fnmatch_lines(["cudagraph: 2 pinned_stack test(s) * they run anyway *"])
 
 
 def test_summary_lines_from_records() -> None:
@@ -88,7 +131,9 @@ def test_summary_lines_from_records() -> None:
         report.SummaryRecord("skip", "t.py::e", "pinned stack not running: x"),
         report.SummaryRecord("skip", "t.py::f", "needs CUDA"),
     ]
-    assert report.summary_lines(records, [], [], "report") == [
+    renderers = [ParityMarker.summary_lines, MemoryBoundMarker.summary_lines]
+    lines = report.summary_lines(records, [partial(r, None) for r in renderers], [], "report")
+    assert lines == [
         "parity: 12 of 13 checked cases match",
         "  t.py::a: 11 of 12 cases match",
         "  t.py::b: 1 of 1 toggled run pairs match",

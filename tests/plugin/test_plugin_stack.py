@@ -10,6 +10,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from pytest_cudagraph import stack
+from pytest_cudagraph.markers.stack import pinned_stack
 
 UPSTREAM = stack.parse_pinned_stack(stack.DEFAULT_PINNED_STACK)
 
@@ -76,7 +77,23 @@ def test_bad_entries_are_rejected(entry: str, message: str) -> None:
 
 
 def test_marker_keywords_override_the_ini_per_component() -> None:
-    assert stack.pinned_stack(torch=">=2.0") == {"torch": SpecifierSet(">=2.0")}
+    assert pinned_stack(torch=">=2.0") == {"torch": SpecifierSet(">=2.0")}
+
+
+def test_a_component_pinned_twice_is_an_error() -> None:
+    with pytest.raises(
+        ValueError, match=r"component 'torch' is pinned twice \(torch~=2.7.0 and torch>=2\)"
+    ):
+        stack.parse_pinned_stack(["torch~=2.7.0", "python~=3.10", "torch>=2"])
+
+
+def test_a_component_pinned_twice_in_the_ini_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\ncudagraph_pinned_stack = torch~=2.7.0 torch>=2")
+    result = pytester.runpytest_inprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: ini cudagraph_pinned_stack=*component 'torch' is pinned twice*"]
+    )
 
 
 # The running stack here is whatever the venv has, so these runs pin to specifiers that
@@ -148,5 +165,5 @@ def test_bad_pin_in_ini_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_inprocess()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["ERROR: ini cudagraph_pinned_stack: torch: '=2.7' is not a PEP 440 specifier set"]
+        ["ERROR: ini cudagraph_pinned_stack=*: torch: '=2.7' is not a PEP 440 specifier set"]
     )

@@ -9,14 +9,7 @@ import torch
 from torch import Tensor
 
 from reasyn_ref import ARSampler, Decoder, DecoderConfig, Encoder, EncoderConfig, save_checkpoint
-from reasyn_ref.model import seeded_decoder
-
-
-def seeded(seed: int, build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
-    """build() under its own seed, leaving the global RNG as it was."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return build()
+from reasyn_ref.workloads import seeded_decoder, seeded_encoder
 
 
 @pytest.fixture
@@ -26,7 +19,7 @@ def tiny_decoder() -> Decoder:
 
 @pytest.fixture
 def tiny_encoder() -> Encoder:
-    return seeded(1, lambda: Encoder(EncoderConfig.tiny()).eval())
+    return seeded_encoder(EncoderConfig.tiny(), 1)
 
 
 @pytest.fixture

@@ -96,8 +96,51 @@ def test_save_refuses_a_config_that_is_not_the_models(tmp_path, tiny_decoder):
 
 
 def test_save_refuses_what_is_not_a_reference_model(tmp_path):
-    with pytest.raises(ValueError, match="model must be a reasyn_ref Decoder or Encoder"):
+    with pytest.raises(TypeError, match="model must be a reasyn_ref Decoder or Encoder"):
         save_checkpoint(tmp_path / "x.pt", torch.nn.Linear(2, 2), DecoderConfig.tiny())
+
+
+def test_save_into_a_missing_folder_is_refused_naming_it(tmp_path, tiny_decoder):
+    path = tmp_path / "no-such-folder" / "decoder.pt"
+    with pytest.raises(ValueError, match=rf"the folder {tmp_path / 'no-such-folder'} does not"):
+        save_checkpoint(path, tiny_decoder, tiny_decoder.config)
+    assert not path.parent.exists()
+
+
+def test_save_onto_a_folder_is_refused(tmp_path, tiny_decoder):
+    with pytest.raises(ValueError, match=rf"cannot save to {tmp_path}: it is a folder"):
+        save_checkpoint(tmp_path, tiny_decoder, tiny_decoder.config)
+
+
+@pytest.mark.parametrize("path", [None, 3, b"x.pt"])
+def test_save_and_load_refuse_a_path_that_is_not_one(tiny_decoder, path):
+    with pytest.raises(TypeError, match=r"^path must be a str or os.PathLike"):
+        save_checkpoint(path, tiny_decoder, tiny_decoder.config)
+    with pytest.raises(TypeError, match=r"^path must be a str or os.PathLike"):
+        load_checkpoint(path)
+
+
+def test_a_missing_file_is_file_not_found_naming_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=rf"no checkpoint file at {tmp_path / 'x.pt'}"):
+        load_checkpoint(tmp_path / "x.pt")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param(lambda whole: b"", id="empty"),
+        pytest.param(lambda whole: whole[: len(whole) // 2], id="truncated"),
+        pytest.param(lambda whole: whole[:100], id="cut in its header"),
+        pytest.param(lambda whole: b"d_model: 768\nnhead: 16\n", id="text"),
+        pytest.param(lambda whole: b"\x80\x02K\x01.", id="a bare pickle"),
+    ],
+)
+def test_a_file_that_is_not_a_whole_checkpoint_is_refused_naming_it(saved, content):
+    bad = saved.with_name("bad.pt")
+    bad.write_bytes(content(saved.read_bytes()))
+    with pytest.raises(ValueError) as refused:
+        load_checkpoint(bad)
+    assert str(bad) in str(refused.value)
 
 
 def test_a_failed_save_keeps_the_earlier_checkpoint(saved, tiny_decoder, monkeypatch):
@@ -161,6 +204,35 @@ def missing_and_unexpected(payload: dict) -> dict:
             id="kind disagrees with the config",
         ),
         pytest.param(lambda p: p | {"kind": "head"}, r"has kind 'head'", id="unknown kind"),
+        pytest.param(
+            lambda p: p | {"kind": ["decoder"]}, r"has kind \['decoder'\]", id="kind a list"
+        ),
+        pytest.param(lambda p: p | {7: "x"}, r"is not a reasyn_ref checkpoint.*7", id="an int key"),
+        pytest.param(
+            lambda p: p | {"config": p["config"] | {7: 1}},
+            r"invalid decoder config: unknown DecoderConfig fields: 7",
+            id="an int config key",
+        ),
+        pytest.param(
+            lambda p: p | {"config": p["config"] | {"end_token": 2.5}},
+            r"invalid decoder config: DecoderConfig.end_token must be int, got 2.5",
+            id="float end token",
+        ),
+        pytest.param(
+            lambda p: p | {"config": p["config"] | {"pad_token": True}},
+            r"invalid decoder config: DecoderConfig.pad_token must be int, got True",
+            id="bool pad token",
+        ),
+        pytest.param(
+            lambda p: p | {"config": "d_model=32"},
+            r"invalid decoder config: a DecoderConfig must be given as a dict, got str",
+            id="config not a dict",
+        ),
+        pytest.param(
+            lambda p: p | {"state_dict": p["state_dict"] | {3: torch.zeros(1)}},
+            r"unexpected \[3\]",
+            id="an int state_dict key",
+        ),
         pytest.param(
             lambda p: p | {"format_version": 2}, r"has format_version 2", id="newer format"
         ),

@@ -1,17 +1,21 @@
-"""The capture-clean decoder against upstream's forward, the encoder, and input checks (CPU)."""
+"""The capture-clean decoder against upstream's forward, the encoder, input checks and seeded
+construction (CPU)."""
 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 from torch import Tensor
 from torch.nn.modules import transformer
 
-from reasyn_ref import Decoder, Encoder, expand_memory, model
+from reasyn_ref import Decoder, DecoderConfig, Encoder, EncoderConfig, expand_memory, model
 from reasyn_ref.model import (
     cross_attention_inputs,
+    seeded_decoder,
+    seeded_encoder,
     step_context,
     with_bf16_matmul_weights,
 )
@@ -154,6 +158,19 @@ def test_expand_memory_refuses_bad_shapes(name, memory_shape, mask_shape):
         expand_memory(memory, mask, 4)
 
 
+@pytest.mark.parametrize(
+    ("batch", "error"), [(0, ValueError), (-3, ValueError), (2.0, TypeError), (True, TypeError)]
+)
+def test_expand_memory_refuses_a_batch_that_is_not_a_positive_int(target, batch, error):
+    with pytest.raises(error, match=rf"^batch must be an int >= 1, got {batch!r}"):
+        expand_memory(*target, batch)
+
+
+def test_expand_memory_refuses_what_is_not_a_tensor(target):
+    with pytest.raises(TypeError, match=r"^memory must be a tensor, got list"):
+        expand_memory([[0.0]], target[1], 2)
+
+
 def bad(name: str, case: str, change) -> pytest.ParameterSet:
     """A forward-input case: ``change`` maps the valid inputs to bad ones; ``name`` is the
     argument the error must name."""
@@ -191,6 +208,16 @@ BAD_FORWARD_INPUTS = [
     ),
     bad("memory", "memory width mismatch", lambda x: x | {"memory": torch.zeros(3, 20, 16)}),
     bad("memory", "integer memory", lambda x: x | {"memory": x["memory"].long()}),
+    bad("memory", "float64 memory", lambda x: x | {"memory": x["memory"].double()}),
+    bad("memory", "bf16 memory", lambda x: x | {"memory": x["memory"].bfloat16()}),
+    bad(
+        "memory",
+        "memory length 0",
+        lambda x: (
+            x
+            | {"memory": x["memory"][:, :0], "memory_padding_mask": x["memory_padding_mask"][:, :0]}
+        ),
+    ),
     bad(
         "memory_padding_mask",
         "mask shape mismatch",
@@ -213,17 +240,91 @@ def test_forward_refuses_bad_input_naming_it(tiny_decoder, target, name, change)
 
 
 @pytest.mark.parametrize(
-    "smiles",
+    ("smiles", "error"),
     [
-        torch.ones(1, 5),  # float
-        torch.tensor([[1, 2, 200]]),  # id = vocab
-        torch.ones(1, 257, dtype=torch.long),  # longer than max_len 256
-        torch.ones(5, dtype=torch.long),  # not [targets, length]
+        (torch.ones(1, 5), ValueError),  # float
+        (torch.tensor([[1, 2, 200]]), ValueError),  # id = vocab
+        (torch.tensor([[1, -2, 3]]), ValueError),  # negative id
+        (torch.ones(1, 257, dtype=torch.long), ValueError),  # longer than max_len 256
+        (torch.ones(5, dtype=torch.long), ValueError),  # not [targets, length]
+        (torch.ones(0, 5, dtype=torch.long), ValueError),  # no target
+        ([[1, 2, 3]], TypeError),  # a list
     ],
 )
-def test_encoder_refuses_bad_smiles(tiny_encoder: Encoder, smiles):
-    with pytest.raises(ValueError, match=r"^smiles\b"):
+def test_encoder_refuses_bad_smiles(tiny_encoder: Encoder, smiles, error):
+    with pytest.raises(error, match=r"^smiles\b"):
         tiny_encoder(smiles)
+
+
+def test_encoder_refuses_a_row_of_only_padding_naming_it(tiny_encoder: Encoder):
+    pad = tiny_encoder.config.pad_token
+    smiles = torch.tensor([[5, 6, pad], [pad, pad, pad], [7, pad, pad]])
+    with pytest.raises(ValueError, match=rf"^smiles row 1 holds only pad tokens \({pad}\)"):
+        tiny_encoder(smiles)
+
+
+# --- seeded construction -------------------------------------------------------------------
+
+
+def state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return model.state_dict()
+
+
+def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return state(a).keys() == state(b).keys() and all(
+        torch.equal(state(a)[name], state(b)[name]) for name in state(a)
+    )
+
+
+def test_a_seed_gives_the_same_weights_and_another_seed_others():
+    config = DecoderConfig.tiny()
+    assert same_weights(seeded_decoder(config, 3), seeded_decoder(config, 3))
+    assert not same_weights(seeded_decoder(config, 3), seeded_decoder(config, 4))
+
+
+def test_seeded_models_neither_read_nor_change_the_global_rng():
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    first = seeded_decoder(DecoderConfig.tiny(), 5)
+    assert torch.equal(torch.get_rng_state(), before)
+    torch.manual_seed(999)  # another global state: the same weights
+    assert same_weights(first, seeded_decoder(DecoderConfig.tiny(), 5))
+    seeded_encoder(EncoderConfig.tiny(), 5)
+    assert torch.equal(torch.get_rng_state(), torch.manual_seed(999).get_state())
+
+
+def test_seeded_decoders_built_in_threads_equal_those_built_alone():
+    config = DecoderConfig.tiny()
+    seeds = list(range(8))
+    alone = [seeded_decoder(config, seed) for seed in seeds]
+    barrier = threading.Barrier(len(seeds))
+
+    def build(seed: int) -> Decoder:
+        barrier.wait()  # all threads build at once
+        return seeded_decoder(config, seed)
+
+    with ThreadPoolExecutor(len(seeds)) as pool:
+        threaded = list(pool.map(build, seeds))
+    assert all(same_weights(a, t) for a, t in zip(alone, threaded, strict=True))
+
+
+def test_seeded_weights_have_the_default_inits_scale():
+    decoder = seeded_decoder(DecoderConfig.tiny(), 0)
+    fresh = Decoder(DecoderConfig.tiny())
+    for name, param in decoder.named_parameters():
+        reference = dict(fresh.named_parameters())[name]
+        assert param.abs().max() <= reference.abs().max() * 1.5 + 1e-6, name
+        assert torch.isfinite(param).all(), name
+    assert torch.equal(decoder.causal, fresh.causal) and torch.equal(
+        decoder.positions, fresh.positions
+    )
+    assert not decoder.training
+
+
+@pytest.mark.parametrize(("seed", "error"), [(-1, ValueError), (1.0, TypeError), (True, TypeError)])
+def test_a_seed_must_be_a_non_negative_int(seed, error):
+    with pytest.raises(error, match=rf"^seed must be an int >= 0, got {seed!r}"):
+        seeded_decoder(DecoderConfig.tiny(), seed)
 
 
 def test_bf16_matmul_weights_give_bit_identical_results_under_autocast(tiny_decoder):

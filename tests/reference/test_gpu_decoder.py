@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reasyn_ref import ARSampler, Decoder, DecoderConfig, expand_memory
-from reasyn_ref.model import seeded_decoder, step_context
+from reasyn_ref import ARSampler, Decoder, DecoderConfig, GraphKey
+from reasyn_ref.model import step_context
+from reasyn_ref.workloads import random_step, seeded_decoder, target_memory
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(),
@@ -21,27 +22,20 @@ START = 1
 @pytest.fixture(scope="module")
 def decoder() -> Decoder:
     """The default (upstream-sized) decoder on the GPU."""
-    return seeded_decoder(DecoderConfig(), 0).cuda()
+    return seeded_decoder(DecoderConfig(), 0, "cuda")
 
 
 @pytest.fixture(scope="module")
 def target(decoder: Decoder) -> tuple[torch.Tensor, torch.Tensor]:
     """One target's memory [1, 64, 768] and mask, the last 8 positions padding, on the GPU."""
-    generator = torch.Generator(device="cuda").manual_seed(0)
-    memory = torch.randn(1, 64, decoder.config.d_model, device="cuda", generator=generator)
-    mask = torch.zeros(1, 64, dtype=torch.bool, device="cuda")
-    mask[:, 56:] = True
-    return memory, mask
+    return target_memory(decoder.config, 64, padded=8, seed=0, device="cuda")
 
 
-def step_inputs(decoder: Decoder, target) -> tuple[torch.Tensor, ...]:
-    """A bucketed step: 8 rows of 64 tokens, gathering at varied positions."""
-    generator = torch.Generator(device="cuda").manual_seed(1)
-    tokens = torch.randint(
-        0, decoder.config.vocab_size, (8, 64), device="cuda", generator=generator
-    )
-    gather = torch.randint(0, 64, (8,), device="cuda", generator=generator)
-    return (tokens, *expand_memory(*target, 8), gather)
+def step_inputs(decoder: Decoder) -> tuple[torch.Tensor, ...]:
+    """The forward's inputs of a bucketed step: 8 rows of up to 64 tokens, one target's
+    memory expanded over them."""
+    step = random_step(decoder.config, GraphKey(8, 64, 64, True, True), seed=1, device="cuda")
+    return step.tokens, step.memory, step.memory_padding_mask, step.gather
 
 
 def run_under_sync_errors(forward, inputs) -> None:
@@ -58,24 +52,24 @@ def run_under_sync_errors(forward, inputs) -> None:
             torch.cuda.set_sync_debug_mode(previous)
 
 
-def test_forward_makes_no_host_sync_in_bf16(decoder, target):
-    run_under_sync_errors(decoder, step_inputs(decoder, target))
+def test_forward_makes_no_host_sync_in_bf16(decoder):
+    run_under_sync_errors(decoder, step_inputs(decoder))
 
 
-def test_upstream_forward_syncs_in_bf16(decoder, target):
+def test_upstream_forward_syncs_in_bf16(decoder):
     """The contrast that shows the check above can fail: upstream's mask comparison syncs."""
     mode = torch.cuda.get_sync_debug_mode()
     with pytest.raises(RuntimeError, match="synchroniz"):
-        run_under_sync_errors(decoder.forward_upstream, step_inputs(decoder, target))
+        run_under_sync_errors(decoder.forward_upstream, step_inputs(decoder))
     assert torch.cuda.get_sync_debug_mode() == mode
 
 
 @pytest.mark.parametrize("shared_memory", [True, False], ids=["expanded memory", "per-row memory"])
-def test_memory_converted_once_equals_upstream_bit_for_bit_in_bf16(decoder, target, shared_memory):
+def test_memory_converted_once_equals_upstream_bit_for_bit_in_bf16(decoder, shared_memory):
     """The forward converts memory and mask once for all layers under autocast; upstream's
     converts them in every layer. On the GPU the memory's layout picks the matmul path, so
     both layouts are compared; eager and graphs share the forward, so only this can tell."""
-    tokens, memory, mask, gather = step_inputs(decoder, target)
+    tokens, memory, mask, gather = step_inputs(decoder)
     if not shared_memory:
         memory = memory + torch.randn_like(memory)  # a contiguous [8, M, d]: a row each
     with step_context(tokens.device, bf16=True):

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import statistics
 import threading
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 import torch
@@ -17,10 +17,11 @@ from torch import Tensor
 
 from pytest_cudagraph import devices
 from pytest_cudagraph.memory import settle
-from reasyn_ref import ARSampler, Decoder, DecoderConfig
+from reasyn_ref import ARSampler, ARStep, Decoder, DecoderConfig
 from reasyn_ref.graph_cache import GraphCache, GraphKey
-from reasyn_ref.model import ar_step_logits, seeded_decoder
+from reasyn_ref.model import ar_step_logits
 from reasyn_ref.sampler import pad_rows
+from reasyn_ref.workloads import random_prefixes, random_step, seeded_decoder
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs CUDA: CUDA graphs exist only on a GPU"
@@ -42,66 +43,12 @@ KEYS = (
 )
 
 
-class Step(NamedTuple):
-    """One AR step's inputs in the bucketed layout, as the sampler hands them over."""
-
-    tokens: Tensor
-    memory: Tensor
-    memory_padding_mask: Tensor | None
-    gather: Tensor
-    rows: int
+def eager(decoder: Decoder, step: ARStep) -> Tensor:
+    return ar_step_logits(decoder, step, bf16=True)
 
 
-def random_prefixes(
-    config: DecoderConfig, lengths: Sequence[int], generator: torch.Generator
-) -> list[list[int]]:
-    """A start token and random ids past the special tokens, one prefix per length."""
-    return [
-        [
-            config.start_token,
-            *torch.randint(3, config.vocab_size, (n - 1,), generator=generator).tolist(),
-        ]
-        for n in lengths
-    ]
-
-
-def make_step(config: DecoderConfig, device: torch.device, key: GraphKey, seed: int) -> Step:
-    """A step at ``key``: a random number of real rows that still buckets to ``key.batch``, the
-    longest in the ``key.seq`` bucket, laid out by the sampler's own ``pad_rows``; random memory
-    with a random padded tail, one target's expanded over the batch when the key says it is
-    shared, else one per row."""
-    generator = torch.Generator().manual_seed(seed)
-
-    def draw(low: int, high: int) -> int:
-        return int(torch.randint(low, high, (), generator=generator))
-
-    rows = draw(key.batch // 2 + 1, key.batch + 1)
-    longest = draw(max(key.seq - 63, 1), key.seq + 1)
-    lengths = [draw(1, longest + 1) for _ in range(rows)]
-    lengths[draw(0, rows)] = longest
-    prefixes = random_prefixes(config, lengths, generator)
-    tokens, gather = pad_rows(prefixes, config, bucket=True)
-    assert tokens.shape == (key.batch, key.seq)
-    targets = 1 if key.shared_memory else key.batch
-    memory = torch.randn(targets, key.memory_len, config.d_model, generator=generator)
-    padding = torch.zeros(targets, key.memory_len, dtype=torch.bool)
-    for target in range(targets):
-        padding[target, key.memory_len - draw(0, key.memory_len) :] = True
-    return Step(
-        tokens.to(device),
-        memory.to(device).expand(key.batch, -1, -1),
-        padding.to(device).expand(key.batch, -1) if key.has_mask else None,
-        gather.to(device),
-        rows,
-    )
-
-
-def eager(decoder: Decoder, step: Step) -> Tensor:
-    return ar_step_logits(decoder, *step[:4], rows=step.rows, bf16=True)
-
-
-def graphed(cache: GraphCache, step: Step) -> Tensor:
-    return cache(*step[:4], rows=step.rows)
+def graphed(cache: GraphCache, step: ARStep) -> Tensor:
+    return cache(step)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +59,7 @@ def device() -> torch.device:
 @pytest.fixture(scope="module")
 def decoder(device) -> Decoder:
     """The default (upstream-sized) decoder with random weights, on the GPU."""
-    return seeded_decoder(DecoderConfig(), 0).to(device)
+    return seeded_decoder(DecoderConfig(), 0, device)
 
 
 # --- the answers ---------------------------------------------------------------------------
@@ -124,7 +71,7 @@ def test_graphs_are_bit_identical_to_eager_over_varied_cases(decoder, device):
     mismatches = []
     for case in range(cases):
         key = KEYS[case % len(KEYS)]
-        step = make_step(decoder.config, device, key, seed=case)
+        step = random_step(decoder.config, key, seed=case, device=device)
         got, want = graphed(cache, step), eager(decoder, step)
         assert got.dtype == torch.float32 and got.shape == (step.rows, decoder.config.vocab_size)
         if not torch.equal(got, want):
@@ -135,25 +82,25 @@ def test_graphs_are_bit_identical_to_eager_over_varied_cases(decoder, device):
     assert cache.stats.replays == cases
 
 
-def vary(step: Step, what: str, config: DecoderConfig) -> Step:
+def vary(step: ARStep, what: str, config: DecoderConfig) -> ARStep:
     """``step`` with one input changed and everything else, shape and layout included, kept."""
     targets = 1 if step.memory.stride(0) == 0 else step.memory.shape[0]
     if what == "memory":
         memory = torch.randn_like(step.memory[:targets])
-        return step._replace(memory=memory.expand_as(step.memory))
+        return replace(step, memory=memory.expand_as(step.memory))
     if what == "memory_padding_mask":
-        # The first half padded, the second real: position 0 is always real in make_step, and
+        # The first half padded, the second real: position 0 is always real in random_step, and
         # no row is left without a real position (that would give NaN logits).
         padding = torch.zeros_like(step.memory_padding_mask[:targets])
         padding[:, : padding.shape[1] // 2] = True
-        return step._replace(memory_padding_mask=padding.expand_as(step.memory_padding_mask))
+        return replace(step, memory_padding_mask=padding.expand_as(step.memory_padding_mask))
     if what == "gather":
         gather = step.gather.clone()
         gather[0] = 0 if int(gather[0]) else step.tokens.shape[1] - 1
-        return step._replace(gather=gather)
+        return replace(step, gather=gather)
     tokens = step.tokens.clone()
     tokens[0, 0] = config.start_token + 7  # position 0 is seen by every later position
-    return step._replace(tokens=tokens)
+    return replace(step, tokens=tokens)
 
 
 @pytest.mark.parametrize("shared_memory", [True, False], ids=["shared_memory", "memory_per_row"])
@@ -163,7 +110,7 @@ def test_a_new_input_on_a_cached_key_gives_the_new_answer(decoder, device, what,
     the old target's logits. Every input the forward reads must be refreshed on each call."""
     cache = GraphCache(decoder, device)
     key = GraphKey(4, 64, 64, True, shared_memory)
-    step = make_step(decoder.config, device, key, seed=1)
+    step = random_step(decoder.config, key, seed=1, device=device)
     first = graphed(cache, step)
     changed = vary(step, what, decoder.config)
     again = graphed(cache, changed)
@@ -175,10 +122,10 @@ def test_a_new_input_on_a_cached_key_gives_the_new_answer(decoder, device, what,
 def test_an_output_is_unchanged_by_later_replays(decoder, device):
     cache = GraphCache(decoder, device)
     key = GraphKey(8, 64, 64, True)
-    kept = graphed(cache, make_step(decoder.config, device, key, seed=0))
+    kept = graphed(cache, random_step(decoder.config, key, seed=0, device=device))
     copy = kept.clone()
     for seed in range(1, 5):
-        graphed(cache, make_step(decoder.config, device, key, seed=seed))
+        graphed(cache, random_step(decoder.config, key, seed=seed, device=device))
     assert cache.stats.replays == 5
     assert torch.equal(kept, copy)
 
@@ -191,7 +138,7 @@ def test_the_lru_keeps_the_most_recent_keys(decoder, device):
     k1, k2, k3, k4 = KEYS[:4]
 
     def call(key: GraphKey, seed: int) -> None:
-        step = make_step(decoder.config, device, key, seed)
+        step = random_step(decoder.config, key, seed=seed, device=device)
         assert torch.equal(graphed(cache, step), eager(decoder, step))
 
     for seed, key in enumerate((k1, k2, k3, k4)):
@@ -242,8 +189,8 @@ def test_memory_goes_back_after_evictions_and_clear(decoder, device, meter):
     one graph's worth however often that happens, and clear() must bring it back to the start."""
     tolerance = 32 * MiB
     cache = GraphCache(decoder, device, capacity=1)
-    step_a = make_step(decoder.config, device, GraphKey(32, 256, 64, True), seed=0)
-    step_b = make_step(decoder.config, device, GraphKey(16, 256, 128, True), seed=1)
+    step_a = random_step(decoder.config, GraphKey(32, 256, 64, True), seed=0, device=device)
+    step_b = random_step(decoder.config, GraphKey(16, 256, 128, True), seed=1, device=device)
 
     def measure() -> dict[str, int]:
         settle(device)
@@ -287,10 +234,10 @@ def fails_after(stage: Callable) -> Callable:
     return run_then_raise
 
 
-@pytest.mark.parametrize("stage", ["_warm_up", "_capture"])
+@pytest.mark.parametrize("stage", ["warm_up", "capture"])
 def test_a_failed_build_leaves_nothing_and_the_next_call_works(decoder, device, stage):
     cache = GraphCache(decoder, device)
-    step = make_step(decoder.config, device, KEYS[1], seed=0)
+    step = random_step(decoder.config, KEYS[1], seed=0, device=device)
     stream = torch.cuda.current_stream(device)
     setattr(cache, stage, fails_after(getattr(cache, stage)))
     with pytest.raises(RuntimeError, match="injected failure"):
@@ -305,9 +252,9 @@ def test_a_failed_build_leaves_nothing_and_the_next_call_works(decoder, device, 
 
 def test_a_failure_inside_the_capture_ends_it_and_the_next_call_works(decoder, device):
     cache = GraphCache(decoder, device)
-    step = make_step(decoder.config, device, KEYS[1], seed=0)
+    step = random_step(decoder.config, KEYS[1], seed=0, device=device)
     stream = torch.cuda.current_stream(device)
-    forward = cache._forward
+    forward = cache.static_step
 
     def forward_failing_in_capture(entry):
         out = forward(entry)
@@ -315,20 +262,20 @@ def test_a_failure_inside_the_capture_ends_it_and_the_next_call_works(decoder, d
             raise RuntimeError("injected failure inside the capture")
         return out
 
-    cache._forward = forward_failing_in_capture
+    cache.static_step = forward_failing_in_capture
     with pytest.raises(RuntimeError, match="injected failure inside the capture"):
         graphed(cache, step)
     assert cache.keys() == [] and not cache.lock.locked()
     assert torch.cuda.current_stream(device) == stream
     assert not torch.cuda.is_current_stream_capturing()
-    del cache._forward
+    del cache.static_step
     assert torch.equal(graphed(cache, step), eager(decoder, step))
 
 
-@pytest.mark.parametrize("stage", ["_replay", "_copy_out"])
+@pytest.mark.parametrize("stage", ["replay", "copy_out"])
 def test_a_failed_replay_keeps_a_valid_entry_and_the_next_call_works(decoder, device, stage):
     cache = GraphCache(decoder, device)
-    first, second = (make_step(decoder.config, device, KEYS[1], seed=s) for s in (0, 1))
+    first, second = (random_step(decoder.config, KEYS[1], seed=s, device=device) for s in (0, 1))
     graphed(cache, first)
     setattr(cache, stage, fails_after(getattr(cache, stage)))
     with pytest.raises(RuntimeError, match="injected failure"):
@@ -345,7 +292,7 @@ def test_a_failed_replay_keeps_a_valid_entry_and_the_next_call_works(decoder, de
 def test_threads_sharing_a_cache_each_get_their_own_answers(decoder, device):
     cache = GraphCache(decoder, device, capacity=4)
     steps = {
-        (thread, i): make_step(decoder.config, device, KEYS[thread], seed=10 * thread + i)
+        (thread, i): random_step(decoder.config, KEYS[thread], seed=10 * thread + i, device=device)
         for thread in range(4)
         for i in range(3)
     }
@@ -375,7 +322,7 @@ def test_another_thread_using_cuda_during_a_capture_breaks_neither(decoder, devi
     """capture_error_mode="thread_local": a neighbour thread's cudaMalloc and sync in the middle
     of our capture must succeed, and so must the capture (under "global" both would fail)."""
     cache = GraphCache(decoder, device)
-    step = make_step(decoder.config, device, KEYS[2], seed=0)
+    step = random_step(decoder.config, KEYS[2], seed=0, device=device)
     want = eager(decoder, step)
     in_capture, neighbour_done = threading.Event(), threading.Event()
     neighbour_errors: list[BaseException] = []
@@ -392,7 +339,7 @@ def test_another_thread_using_cuda_during_a_capture_breaks_neither(decoder, devi
         finally:
             neighbour_done.set()
 
-    forward = cache._forward
+    forward = cache.static_step
 
     def forward_meeting_the_neighbour(entry):
         if torch.cuda.is_current_stream_capturing():
@@ -400,7 +347,7 @@ def test_another_thread_using_cuda_during_a_capture_breaks_neither(decoder, devi
             assert neighbour_done.wait(timeout=120), "the neighbour thread never finished"
         return forward(entry)
 
-    cache._forward = forward_meeting_the_neighbour
+    cache.static_step = forward_meeting_the_neighbour
     thread = threading.Thread(target=neighbour)
     thread.start()
     try:
@@ -427,22 +374,24 @@ def test_the_device_must_be_the_decoders(decoder, device):
 
 def test_inputs_on_the_host_or_of_another_dtype_are_refused(decoder, device):
     cache = GraphCache(decoder, device)
-    step = make_step(decoder.config, device, KEYS[0], seed=0)
-    on_host = Step(*(t.cpu() if isinstance(t, Tensor) else t for t in step))
+    step = random_step(decoder.config, KEYS[0], seed=0, device=device)
+    on_host = step.to("cpu")
     with pytest.raises(
         ValueError, match=rf"tokens are on cpu; the graph cache is bound to {device}"
     ):
         graphed(cache, on_host)
     with pytest.raises(ValueError, match=r"memory must be torch.float32 .* got torch.bfloat16"):
-        graphed(cache, step._replace(memory=step.memory.bfloat16()))
+        graphed(cache, replace(step, memory=step.memory.bfloat16()))
     assert cache.keys() == []
 
 
 @needs_two_gpus
 def test_a_cache_on_the_second_gpu_leaves_the_current_one_alone(meter):
     first, second = torch.device("cuda", 0), torch.device("cuda", 1)
-    decoder = seeded_decoder(DecoderConfig(), 0).to(second)
-    steps = [make_step(decoder.config, second, key, seed=i) for i, key in enumerate(KEYS[:2])]
+    decoder = seeded_decoder(DecoderConfig(), 0, second)
+    steps = [
+        random_step(decoder.config, key, seed=i, device=second) for i, key in enumerate(KEYS[:2])
+    ]
     wanted = [eager(decoder, step) for step in steps]
     settle(second)
     with torch.cuda.device(first):
@@ -482,14 +431,14 @@ def test_the_sampler_with_graphs_matches_the_sampler_without(decoder, device, mo
     for rows in (prefixes[:1], prefixes[:3], prefixes):
         tokens, gather = pad_rows(rows, config, bucket=True)
         batch = tokens.shape[0]
-        inputs = (
+        step = ARStep(
             tokens.to(device),
             memory.expand(batch, -1, -1),
             padding.expand(batch, -1),
             gather.to(device),
+            len(rows),
         )
-        logits_on = on.step_logits(*inputs, rows=len(rows))
-        assert torch.equal(logits_on, off.step_logits(*inputs, rows=len(rows)))
+        assert torch.equal(on.step_logits(step), off.step_logits(step))
     monkeypatch.setenv("REASYN_CUDAGRAPH", "1")
     from_env = ARSampler(decoder, bf16=True, batched=True, bucket=True)
     assert isinstance(from_env.graph_cache, GraphCache)
@@ -521,18 +470,18 @@ def test_figures_graph_vs_eager(decoder, device, record_property, batch):
     sampler calls it per step: staging the host layout, the forward, the fp32 copy."""
     config = decoder.config
     key = GraphKey(batch, 64, 64, True, shared_memory=batch > 1)  # one target, as sampled
-    step = make_step(config, device, key, seed=0)
+    step = random_step(config, key, seed=0, device=device)
     host_tokens = step.tokens.cpu().pin_memory()
     host_gather = step.gather.cpu().pin_memory()
     cache = GraphCache(decoder, device)
 
-    def staged() -> tuple[Tensor, ...]:
+    def staged() -> ARStep:
         tokens = host_tokens.to(device, non_blocking=True)
         gather = host_gather.to(device, non_blocking=True)
-        return tokens, step.memory, step.memory_padding_mask, gather
+        return replace(step, tokens=tokens, gather=gather)
 
-    eager_ms = median_ms(lambda: ar_step_logits(decoder, *staged(), rows=step.rows, bf16=True))
-    graph_ms = median_ms(lambda: cache(*staged(), rows=step.rows))
+    eager_ms = median_ms(lambda: ar_step_logits(decoder, staged(), bf16=True))
+    graph_ms = median_ms(lambda: cache(staged()))
     capture_seconds = cache.stats.capture_seconds[key]
     label = f"({batch},64)"
     record_property(f"eager_ms key={label}", round(eager_ms, 4))

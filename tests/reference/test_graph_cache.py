@@ -1,13 +1,25 @@
-"""GraphCache without a GPU: the LRU policy, the input checks and the constructor guards."""
+"""GraphCache without a GPU: the LRU policy, ARStep and the cache's input checks, the
+constructor guards and the stages' public contract."""
 
 from __future__ import annotations
+
+import contextlib
+import threading
 
 import pytest
 import torch
 from torch import nn
 
-from reasyn_ref import Decoder, DecoderConfig
-from reasyn_ref.graph_cache import LRU, GraphCache, GraphKey, check_graph_inputs
+from reasyn_ref import ARStep, Decoder, DecoderConfig
+from reasyn_ref.graph_cache import (
+    LRU,
+    CacheStats,
+    GraphCache,
+    GraphEntry,
+    GraphKey,
+    check_graph_inputs,
+    check_graph_step,
+)
 
 CONFIG = DecoderConfig.tiny()
 CPU = torch.device("cpu")
@@ -61,9 +73,12 @@ def test_lru_pop_all_empties_it_oldest_first():
     assert lru.keys() == [] and len(lru) == 0
 
 
-@pytest.mark.parametrize("capacity", [0, -1, 1.5, True, "3", None])
-def test_lru_capacity_must_be_a_positive_int(capacity):
-    with pytest.raises(ValueError, match=r"capacity must be an int >= 1"):
+@pytest.mark.parametrize(
+    ("capacity", "error"),
+    [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError), ("3", TypeError)],
+)
+def test_lru_capacity_must_be_a_positive_int(capacity, error):
+    with pytest.raises(error, match=r"capacity must be an int >= 1"):
         LRU(capacity)
 
 
@@ -88,16 +103,7 @@ def step_inputs(batch=4, seq=64, memory_len=64, rows=3, mask=True, expanded=True
 
 
 def check(inputs, device=CPU, memory_dtype=torch.float32):
-    return check_graph_inputs(
-        CONFIG,
-        device,
-        memory_dtype,
-        inputs["tokens"],
-        inputs["memory"],
-        inputs["memory_padding_mask"],
-        inputs["gather"],
-        rows=inputs["rows"],
-    )
+    return check_graph_step(CONFIG, device, memory_dtype, ARStep(**inputs))
 
 
 @pytest.mark.parametrize(
@@ -111,6 +117,7 @@ def check(inputs, device=CPU, memory_dtype=torch.float32):
 )
 def test_the_key_holds_every_shape_and_layout_the_forward_depends_on(shape, expected):
     assert check(step_inputs(**shape)) == expected
+    assert ARStep(**step_inputs(**shape)).key == expected
 
 
 def test_a_memory_is_shared_only_when_one_row_is_viewed_over_the_batch():
@@ -121,37 +128,93 @@ def test_a_memory_is_shared_only_when_one_row_is_viewed_over_the_batch():
     assert GraphKey(4, 64, 64, True) == GraphKey(4, 64, 64, True, False)
 
 
+def test_the_loose_form_before_ar_step_gives_the_same_key():
+    inputs = step_inputs()
+    loose = [inputs[name] for name in ("tokens", "memory", "memory_padding_mask", "gather")]
+    key = check_graph_inputs(CONFIG, CPU, torch.float32, *loose, rows=inputs["rows"])
+    assert key == check(inputs)
+    with pytest.raises(TypeError, match=r"pass an ARStep alone"):
+        check_graph_inputs(CONFIG, CPU, torch.float32, ARStep(**inputs), rows=3)
+    with pytest.raises(TypeError, match=r"expected an ARStep, or tokens"):
+        check_graph_inputs(CONFIG, CPU, torch.float32, *loose)
+
+
+def test_a_step_moved_to_another_device_keeps_its_layout():
+    step = ARStep(**step_inputs())
+    moved = step.to("meta")
+    assert moved.device == torch.device("meta") and moved.rows == step.rows
+    assert moved.key == step.key  # the expanded memory is still one target's
+
+
 def replaced(name, value, **shape):
     inputs = step_inputs(**shape)
     inputs[name] = value(inputs) if callable(value) else value
     return inputs
 
 
+# A malformed step, whatever it runs on: ARStep refuses it.
+@pytest.mark.parametrize(
+    ("inputs", "error", "message"),
+    [
+        (replaced("gather", None), ValueError, r"gather is required"),
+        (
+            replaced("tokens", lambda i: i["tokens"].int()),
+            ValueError,
+            r"tokens must be a torch.long tensor",
+        ),
+        (replaced("tokens", [[1, 2]]), TypeError, r"tokens must be a torch.long tensor, got list"),
+        (
+            replaced("gather", lambda i: i["gather"].int()),
+            ValueError,
+            r"gather must be a torch.long tensor",
+        ),
+        (
+            replaced("memory_padding_mask", lambda i: i["memory_padding_mask"].float()),
+            ValueError,
+            r"memory_padding_mask must be a torch.bool tensor",
+        ),
+        (
+            replaced("memory", lambda i: i["memory"].to("meta")),
+            ValueError,
+            r"memory is on meta but tokens are on cpu",
+        ),
+        (
+            replaced("gather", lambda i: i["gather"].to("meta")),
+            ValueError,
+            r"gather is on meta but tokens are on cpu",
+        ),
+        (
+            replaced("memory", lambda i: i["memory"][:2]),
+            ValueError,
+            r"memory must be \[B=4, M >= 1, d\]",
+        ),
+        (
+            replaced("memory", lambda i: i["memory"][:, :0]),
+            ValueError,
+            r"memory must be \[B=4, M >= 1, d\]",
+        ),
+        (replaced("rows", 0), ValueError, r"rows must be an int in \[1, B=4\], got 0"),
+        (replaced("rows", 5), ValueError, r"rows must be an int in \[1, B=4\], got 5"),
+        (replaced("rows", True), TypeError, r"rows must be an int in \[1, B=4\], got True"),
+        (replaced("rows", 2.0), TypeError, r"rows must be an int in \[1, B=4\], got 2.0"),
+    ],
+)
+def test_a_malformed_step_is_refused_with_the_rule_it_breaks(inputs, error, message):
+    with pytest.raises(error, match=message):
+        ARStep(**inputs)
+
+
+# A well-formed step that no graph of this cache can run.
 @pytest.mark.parametrize(
     ("inputs", "message"),
     [
-        (replaced("gather", None), r"gather is required"),
-        (replaced("tokens", lambda i: i["tokens"].int()), r"tokens must be a torch.long tensor"),
-        (replaced("gather", lambda i: i["gather"].int()), r"gather must be a torch.long tensor"),
-        (
-            replaced("memory_padding_mask", lambda i: i["memory_padding_mask"].float()),
-            r"memory_padding_mask must be a torch.bool tensor",
-        ),
         (
             replaced("memory", lambda i: i["memory"].double()),
             r"memory must be torch.float32 \(the decoder's parameter dtype\), got torch.float64",
         ),
         (
-            replaced("memory", lambda i: i["memory"].to("meta")),
-            r"memory is on meta but tokens are on cpu",
-        ),
-        (
-            replaced("gather", lambda i: i["gather"].to("meta")),
-            r"gather is on meta but tokens are on cpu",
-        ),
-        (
-            replaced("memory", lambda i: i["memory"][:2]),
-            r"memory must be \[B=4, M, d_model=32\]",
+            replaced("memory", lambda i: torch.zeros(4, 64, 16)),
+            r"memory must be \[B, M, d_model=32\]",
         ),
         (
             step_inputs(batch=3),
@@ -162,16 +225,16 @@ def replaced(name, value, **shape):
             r"tokens length 100 is not a sequence bucket \(a multiple of 64 or max_len=512",
         ),
         (
+            step_inputs(seq=576),
+            r"tokens length 576 is not a sequence bucket",
+        ),
+        (
             step_inputs(memory_len=50),
             r"memory length 50 is not a memory bucket \(a positive multiple of 64\)",
         ),
-        (replaced("rows", 0), r"rows must be an int in \[1, B=4\], got 0"),
-        (replaced("rows", 5), r"rows must be an int in \[1, B=4\], got 5"),
-        (replaced("rows", True), r"rows must be an int in \[1, B=4\], got True"),
-        (replaced("rows", 2.0), r"rows must be an int in \[1, B=4\], got 2.0"),
     ],
 )
-def test_bad_inputs_are_refused_with_the_rule_they_break(inputs, message):
+def test_a_step_no_graph_runs_is_refused_with_the_rule_it_breaks(inputs, message):
     with pytest.raises(ValueError, match=message):
         check(inputs)
 
@@ -186,6 +249,16 @@ def test_memory_must_have_the_decoders_dtype():
     assert check(inputs, memory_dtype=torch.float32) == GraphKey(4, 64, 64, True, True)
     with pytest.raises(ValueError, match=r"memory must be torch.bfloat16"):
         check(inputs, memory_dtype=torch.bfloat16)
+
+
+# --- stages --------------------------------------------------------------------------------
+
+
+def test_the_stages_are_public_methods_in_call_order():
+    assert GraphCache.STAGES == ("warm_up", "capture", "replay", "copy_out")
+    for stage in (*GraphCache.STAGES, "static_step"):
+        assert callable(getattr(GraphCache, stage)), stage
+        assert not stage.startswith("_")
 
 
 # --- constructor guards --------------------------------------------------------------------
@@ -226,7 +299,95 @@ def test_a_decoder_without_parameters_is_refused(cuda_reported_available):
 
 
 @pytest.mark.parametrize("name", ["capacity", "warmups"])
-@pytest.mark.parametrize("value", [0, -2, 2.5, True, None])
-def test_capacity_and_warmups_must_be_positive_ints(tiny_decoder, name, value):
-    with pytest.raises(ValueError, match=rf"{name} must be an int >= 1, got {value!r}"):
+@pytest.mark.parametrize(
+    ("value", "error"), [(0, ValueError), (-2, ValueError), (2.5, TypeError), (True, TypeError)]
+)
+def test_capacity_and_warmups_must_be_positive_ints(tiny_decoder, name, value, error):
+    with pytest.raises(error, match=rf"{name} must be an int >= 1, got {value!r}"):
         GraphCache(tiny_decoder, "cuda:0", **{name: value})
+
+
+class RecordingCache(GraphCache):
+    """The cache's orchestration (lookup, build, LRU, stats, lock) with stages that record
+    their calls instead of touching CUDA; built without the constructor's CUDA checks."""
+
+    def __init__(self, capacity: int, fail_at: str | None = None) -> None:
+        self.config, self.device, self.memory_dtype = CONFIG, CPU, torch.float32
+        self.lock = threading.Lock()
+        self.stats = CacheStats()
+        self._lru = LRU(capacity)
+        self.calls: list[str] = []
+        self.fail_at = fail_at
+
+    def _stage(self, name: str) -> None:
+        self.calls.append(name)
+        if name == self.fail_at:
+            raise RuntimeError(f"injected at {name}")
+
+    def warm_up(self, entry):
+        self._stage("warm_up")
+
+    def capture(self, entry):
+        self._stage("capture")
+
+    def replay(self, entry, step):
+        self._stage("replay")
+
+    def copy_out(self, entry, rows):
+        self._stage("copy_out")
+        return torch.zeros(rows, CONFIG.vocab_size)
+
+    def _new_entry(self, key):
+        return GraphEntry(key, None, None, None, None, None, None)
+
+    def _discard(self, entry):
+        self.calls.append("discard")
+
+    def _release(self, entries):
+        self.calls.extend(f"release {entry.key.batch}" for entry in entries)
+
+
+@pytest.fixture
+def no_cuda_context(monkeypatch):
+    """``torch.cuda.device(...)`` as a no-op, so the cache's orchestration runs on the CPU."""
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+
+
+def cpu_step(batch: int) -> ARStep:
+    return ARStep(**step_inputs(batch=batch, rows=1))
+
+
+def test_a_call_runs_the_stages_in_order_building_only_on_a_new_key(no_cuda_context):
+    cache = RecordingCache(capacity=2)
+    assert cache(cpu_step(4)).shape == (1, CONFIG.vocab_size)
+    assert cache.calls == ["warm_up", "capture", "replay", "copy_out"]
+    cache.calls.clear()
+    cache(cpu_step(4))
+    assert cache.calls == ["replay", "copy_out"]
+    cache(cpu_step(2))
+    cache.calls.clear()
+    cache(cpu_step(8))  # a third key in a cache of 2: the oldest (batch 4) goes
+    assert cache.calls == ["warm_up", "capture", "release 4", "replay", "copy_out"]
+    assert [key.batch for key in cache.keys()] == [2, 8]
+    assert (cache.stats.captures, cache.stats.hits, cache.stats.replays) == (3, 1, 4)
+    assert cache.stats.evictions == 1
+
+
+@pytest.mark.parametrize("stage", ["warm_up", "capture"])
+def test_a_failed_build_is_discarded_never_stored_and_frees_the_lock(no_cuda_context, stage):
+    cache = RecordingCache(capacity=2, fail_at=stage)
+    with pytest.raises(RuntimeError, match=f"injected at {stage}"):
+        cache(cpu_step(4))
+    assert cache.calls[-1] == "discard" and "replay" not in cache.calls
+    assert cache.keys() == [] and cache.stats.captures == 0 and not cache.lock.locked()
+
+
+@pytest.mark.parametrize("stage", ["replay", "copy_out"])
+def test_a_failed_replay_keeps_the_entry_and_frees_the_lock(no_cuda_context, stage):
+    cache = RecordingCache(capacity=2)
+    cache(cpu_step(4))
+    cache.fail_at = stage
+    with pytest.raises(RuntimeError, match=f"injected at {stage}"):
+        cache(cpu_step(4))
+    assert [key.batch for key in cache.keys()] == [4] and not cache.lock.locked()
+    assert "discard" not in cache.calls

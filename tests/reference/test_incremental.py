@@ -275,7 +275,7 @@ def test_sampler_refuses_bad_construction(tiny_decoder, kwargs, error, match):
         ({"prefixes": [[START] * 9]}, r"prefixes\[0\] has length 9"),
         ({"prefixes": [[START, 400]]}, r"prefixes\[0\] holds token id 400"),
         ({"generator": None}, "generator must be a torch.Generator"),
-        ({"memory": torch.zeros(1, 20, 5)}, "memory must be one target's"),
+        ({"memory": torch.zeros(1, 20, 5)}, r"memory must be \[1, M >= 1, d_model"),
     ],
 )
 def test_sampler_refuses_bad_sample_arguments(tiny_decoder, target, change, match):

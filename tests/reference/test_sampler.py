@@ -11,8 +11,8 @@ import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from reasyn_ref import ARSampler, Decoder, bucket_batch, bucket_seq, expand_memory
-from reasyn_ref.sampler import pad_memory, pad_rows
+from reasyn_ref import ARSampler, ARStep, Decoder, bucket_batch, bucket_seq, expand_memory
+from reasyn_ref.sampler import MIN_TEMPERATURE, pad_memory, pad_rows
 
 START, END, PAD = 1, 2, 0
 TOGGLES = {
@@ -51,9 +51,12 @@ def test_bucket_batch_is_the_next_power_of_two(n, expected):
     assert bucket_batch(n) == expected
 
 
-@pytest.mark.parametrize("n", [0, -1, 1.5, True, "2", None])
-def test_bucket_batch_refuses_out_of_range(n):
-    with pytest.raises(ValueError, match="n must be an int >= 1"):
+@pytest.mark.parametrize(
+    ("n", "error"),
+    [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError), ("2", TypeError)],
+)
+def test_bucket_batch_refuses_out_of_range(n, error):
+    with pytest.raises(error, match="n must be an int >= 1"):
         bucket_batch(n)
 
 
@@ -78,18 +81,18 @@ def test_bucket_seq_is_the_next_multiple_of_64_capped(length, max_len, expected)
 
 
 @pytest.mark.parametrize(
-    ("length", "max_len", "name"),
+    ("length", "max_len", "name", "error"),
     [
-        (0, 512, "length"),
-        (513, 512, "length"),
-        (True, 512, "length"),
-        (1.0, 512, "length"),
-        (1, 0, "max_len"),
-        (5, True, "max_len"),
+        (0, 512, "length", ValueError),
+        (513, 512, "length", ValueError),
+        (True, 512, "length", TypeError),
+        (1.0, 512, "length", TypeError),
+        (1, 0, "max_len", ValueError),
+        (5, True, "max_len", TypeError),
     ],
 )
-def test_bucket_seq_refuses_out_of_range(length, max_len, name):
-    with pytest.raises(ValueError, match=rf"bucket_seq: {name} must be"):
+def test_bucket_seq_refuses_out_of_range(length, max_len, name, error):
+    with pytest.raises(error, match=rf"bucket_seq: {name} must be"):
         bucket_seq(length, max_len)
 
 
@@ -204,10 +207,10 @@ def exact_fp32():
         torch.set_float32_matmul_precision(precision)
 
 
-def alone(row: list[int], config, target: tuple[Tensor, Tensor]) -> tuple[Tensor, ...]:
-    """Upstream's per-row inputs: the row at its exact length, the target's own memory."""
+def alone(row: list[int], config, target: tuple[Tensor, Tensor]) -> ARStep:
+    """Upstream's per-row step: the row at its exact length, the target's own memory."""
     tokens, gather = pad_rows([row], config, bucket=False)
-    return tokens, *target, gather
+    return ARStep(tokens, *target, gather, rows=1)
 
 
 @pytest.mark.parametrize("batch", [1, 3, 9])
@@ -223,8 +226,9 @@ def test_batched_logits_match_per_row_logits(tiny_decoder, target, exact_fp32, l
     sampler = ARSampler(tiny_decoder, batched=True, bucket=True)
 
     tokens, gather = pad_rows(rows, config, bucket=True)
-    batched = sampler.step_logits(tokens, *expand_memory(*target, len(tokens)), gather, rows=batch)
-    per_row = torch.cat([sampler.step_logits(*alone(row, config, target), rows=1) for row in rows])
+    step = ARStep(tokens, *expand_memory(*target, len(tokens)), gather, rows=batch)
+    batched = sampler.step_logits(step)
+    per_row = torch.cat([sampler.step_logits(alone(row, config, target)) for row in rows])
 
     assert batched.dtype == per_row.dtype == torch.float32
     assert batched.shape == (batch, config.vocab_size)
@@ -286,10 +290,11 @@ def test_different_seeds_draw_different_tokens(tiny_decoder, target):
     assert first != second
 
 
-def counting_step(tokens: Tensor, memory, mask, gather: Tensor, rows: int) -> Tensor:
+def counting_step(step: ARStep) -> Tensor:
     """Fake step logits that pick last + 1, or END after 6; only the rows' last real tokens
     (read through gather) decide, so a wrong layout changes the result."""
-    last = tokens[torch.arange(tokens.shape[0]), gather][:rows]
+    tokens, rows = step.tokens, step.rows
+    last = tokens[torch.arange(tokens.shape[0]), step.gather][:rows]
     chosen = torch.where(last == 6, END, last + 1)
     logits = torch.full((rows, 272), -1e4)
     logits[torch.arange(rows), chosen] = 0.0
@@ -421,22 +426,54 @@ def test_cudagraph_needs_the_decoder_on_cuda(tiny_decoder, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("name", "kwargs"),
+    ("name", "kwargs", "error"),
     [
-        ("temperature", {"temperature": 0}),
-        ("temperature", {"temperature": -0.5}),
-        ("temperature", {"temperature": math.nan}),
-        ("temperature", {"temperature": math.inf}),
-        ("temperature", {"temperature": True}),
-        ("decoder", {"decoder": torch.nn.Linear(2, 2)}),
+        ("temperature", {"temperature": 0}, ValueError),
+        ("temperature", {"temperature": -0.5}, ValueError),
+        ("temperature", {"temperature": 1e-40}, ValueError),
+        ("temperature", {"temperature": math.nan}, ValueError),
+        ("temperature", {"temperature": math.inf}, ValueError),
+        ("temperature", {"temperature": True}, TypeError),
+        ("temperature", {"temperature": "0.1"}, TypeError),
+        ("decoder", {"decoder": torch.nn.Linear(2, 2)}, TypeError),
     ],
 )
-def test_constructor_refuses_bad_arguments(tiny_decoder, name, kwargs):
-    with pytest.raises(ValueError, match=rf"^{name}\b"):
+def test_constructor_refuses_bad_arguments(tiny_decoder, name, kwargs, error):
+    with pytest.raises(error, match=rf"^{name}\b"):
         ARSampler(**({"decoder": tiny_decoder} | kwargs))
 
 
-# (argument the error must name, valid arguments -> bad ones)
+@pytest.mark.parametrize("temperature", [MIN_TEMPERATURE, 1e-30])
+def test_a_tiny_temperature_samples_the_most_likely_token(tiny_decoder, target, temperature):
+    sampler = ARSampler(tiny_decoder, temperature=temperature)
+    seen = []
+    step_logits = sampler.step_logits
+
+    def spy(step):
+        seen.append(step_logits(step))
+        return seen[-1]
+
+    sampler.step_logits = spy
+    prefixes = [[START, 5], [START, 9]]
+    rows = sampler.sample(*target, prefixes, torch.Generator().manual_seed(0), max_len=3)
+    assert len(seen) == 1  # one step
+    assert [row[-1] for row in rows] == seen[0].argmax(dim=-1).tolist()
+
+
+def not_finite(value: float):
+    def change(a):
+        memory = a["memory"].clone()
+        memory[0, 3, 5] = value
+        return a | {"memory": memory}
+
+    return change
+
+
+def each_row(rows):
+    yield from rows
+
+
+# (argument the error must name, valid arguments -> bad ones, the error's type)
 BAD_SAMPLE_ARGUMENTS = [
     pytest.param(
         "memory",
@@ -447,41 +484,86 @@ BAD_SAMPLE_ARGUMENTS = [
                 "memory_padding_mask": a["memory_padding_mask"].expand(2, -1),
             }
         ),
+        ValueError,
         id="two targets",
     ),
-    pytest.param("memory", lambda a: a | {"memory": torch.zeros(1, 20, 16)}, id="width mismatch"),
-    pytest.param("memory", lambda a: a | {"memory": a["memory"].long()}, id="integer memory"),
-    pytest.param("memory", lambda a: a | {"memory": a["memory"][0]}, id="2-d memory"),
+    pytest.param(
+        "memory", lambda a: a | {"memory": torch.zeros(1, 20, 16)}, ValueError, id="width mismatch"
+    ),
+    pytest.param(
+        "memory", lambda a: a | {"memory": a["memory"].long()}, ValueError, id="integer memory"
+    ),
+    pytest.param(
+        "memory", lambda a: a | {"memory": a["memory"].double()}, ValueError, id="float64 memory"
+    ),
+    pytest.param(
+        "memory", lambda a: a | {"memory": a["memory"].bfloat16()}, ValueError, id="bf16 memory"
+    ),
+    pytest.param("memory", not_finite(math.nan), ValueError, id="NaN memory"),
+    pytest.param("memory", not_finite(math.inf), ValueError, id="inf memory"),
+    pytest.param("memory", not_finite(-math.inf), ValueError, id="-inf memory"),
+    pytest.param(
+        "memory",
+        lambda a: (
+            a
+            | {"memory": a["memory"][:, :0], "memory_padding_mask": a["memory_padding_mask"][:, :0]}
+        ),
+        ValueError,
+        id="memory length 0",
+    ),
+    pytest.param("memory", lambda a: a | {"memory": a["memory"][0]}, ValueError, id="2-d memory"),
+    pytest.param("memory", lambda a: a | {"memory": [[0.0]]}, TypeError, id="a list"),
     pytest.param(
         "memory_padding_mask",
         lambda a: a | {"memory_padding_mask": a["memory_padding_mask"][:, :19]},
+        ValueError,
         id="mask shape mismatch",
     ),
     pytest.param(
         "memory_padding_mask",
         lambda a: a | {"memory_padding_mask": a["memory_padding_mask"].float()},
+        ValueError,
         id="float mask",
     ),
-    pytest.param("prefixes", lambda a: a | {"prefixes": []}, id="no rows"),
-    pytest.param("prefixes", lambda a: a | {"prefixes": "abc"}, id="a string"),
-    pytest.param("prefixes", lambda a: a | {"prefixes": [[START], []]}, id="empty row"),
-    pytest.param("prefixes", lambda a: a | {"prefixes": [[START, 272]]}, id="id = vocab"),
-    pytest.param("prefixes", lambda a: a | {"prefixes": [[START, -1]]}, id="negative id"),
-    pytest.param("prefixes", lambda a: a | {"prefixes": [[START, 3.0]]}, id="float id"),
-    pytest.param("prefixes", lambda a: a | {"prefixes": [[True]]}, id="bool id"),
     pytest.param(
-        "prefixes", lambda a: a | {"prefixes": [[START] * 9], "max_len": 8}, id="row over max_len"
+        "memory_padding_mask",
+        lambda a: a | {"memory_padding_mask": torch.ones_like(a["memory_padding_mask"])},
+        ValueError,
+        id="all padding",
     ),
-    pytest.param("max_len", lambda a: a | {"max_len": 513}, id="max_len over config"),
-    pytest.param("max_len", lambda a: a | {"max_len": 0}, id="max_len 0"),
-    pytest.param("max_len", lambda a: a | {"max_len": 8.0}, id="float max_len"),
-    pytest.param("generator", lambda a: a | {"generator": None}, id="no generator"),
-    pytest.param("generator", lambda a: a | {"generator": 7}, id="a seed"),
+    pytest.param("prefixes", lambda a: a | {"prefixes": []}, ValueError, id="no rows"),
+    pytest.param("prefixes", lambda a: a | {"prefixes": "abc"}, TypeError, id="a string"),
+    pytest.param("prefixes", lambda a: a | {"prefixes": 42}, TypeError, id="an int"),
+    pytest.param(
+        "prefixes", lambda a: a | {"prefixes": each_row([[START]])}, TypeError, id="a generator"
+    ),
+    pytest.param("prefixes", lambda a: a | {"prefixes": [[START], []]}, ValueError, id="empty row"),
+    pytest.param(
+        "prefixes", lambda a: a | {"prefixes": [[START, 272]]}, ValueError, id="id = vocab"
+    ),
+    pytest.param(
+        "prefixes", lambda a: a | {"prefixes": [[START, -1]]}, ValueError, id="negative id"
+    ),
+    pytest.param("prefixes", lambda a: a | {"prefixes": [[START, 3.0]]}, TypeError, id="float id"),
+    pytest.param("prefixes", lambda a: a | {"prefixes": [[True]]}, TypeError, id="bool id"),
+    pytest.param(
+        "prefixes",
+        lambda a: a | {"prefixes": [[START] * 9], "max_len": 8},
+        ValueError,
+        id="row over max_len",
+    ),
+    pytest.param("max_len", lambda a: a | {"max_len": 513}, ValueError, id="max_len over config"),
+    pytest.param("max_len", lambda a: a | {"max_len": 0}, ValueError, id="max_len 0"),
+    pytest.param("max_len", lambda a: a | {"max_len": 8.0}, TypeError, id="float max_len"),
+    pytest.param("generator", lambda a: a | {"generator": None}, ValueError, id="no generator"),
+    pytest.param("generator", lambda a: a | {"generator": 7}, ValueError, id="a seed"),
 ]
 
 
-@pytest.mark.parametrize(("name", "change"), BAD_SAMPLE_ARGUMENTS)
-def test_sample_refuses_bad_input_naming_it(tiny_decoder, target, watch_stages, name, change):
+@pytest.mark.parametrize(("name", "change", "error"), BAD_SAMPLE_ARGUMENTS)
+def test_sample_refuses_bad_input_naming_it(
+    tiny_decoder, target, watch_stages, name, change, error
+):
     sampler = ARSampler(tiny_decoder)
     staged = watch_stages(sampler)
     generator = torch.Generator().manual_seed(0)
@@ -492,30 +574,34 @@ def test_sample_refuses_bad_input_naming_it(tiny_decoder, target, watch_stages, 
         "prefixes": [[START]],
         "generator": generator,
     }
-    with pytest.raises(ValueError, match=rf"^{name}\b"):
+    with pytest.raises(error, match=rf"^{name}\b"):
         sampler.sample(**change(valid))
     assert staged == []  # refused before any step ran
     assert torch.equal(generator.get_state(), torch.Generator().manual_seed(0).get_state())
 
 
+def test_step_logits_takes_an_ar_step(tiny_decoder):
+    with pytest.raises(TypeError, match=r"^step must be an ARStep, got tuple"):
+        ARSampler(tiny_decoder).step_logits((1, 2))
+
+
+# What only the decoder can judge: the step itself is well-formed.
 BAD_STEP_ARGUMENTS = [
-    pytest.param("tokens", lambda a: a | {"tokens": a["tokens"].int()}, id="int32 tokens"),
+    pytest.param("tokens", lambda a: a | {"tokens": a["tokens"] + 300}, id="id past vocab"),
     pytest.param("gather", lambda a: a | {"gather": torch.tensor([64, 0])}, id="gather = L"),
     pytest.param(
         "memory",
-        lambda a: (
-            a | {"memory": a["memory"][:1], "memory_padding_mask": a["memory_padding_mask"][:1]}
-        ),
-        id="memory not expanded",
+        lambda a: a | {"memory": torch.zeros(2, 20, 16)},
+        id="width mismatch",
     ),
-    pytest.param("rows", lambda a: a | {"rows": 0}, id="rows = 0"),
-    pytest.param("rows", lambda a: a | {"rows": 3}, id="rows > B"),
-    pytest.param("rows", lambda a: a | {"rows": True}, id="bool rows"),
+    pytest.param("memory", lambda a: a | {"memory": a["memory"].double()}, id="float64 memory"),
 ]
 
 
 @pytest.mark.parametrize(("name", "change"), BAD_STEP_ARGUMENTS)
-def test_step_logits_refuses_bad_input_naming_it(tiny_decoder, target, name, change):
+def test_step_logits_refuses_what_the_decoder_cannot_run_naming_it(
+    tiny_decoder, target, name, change
+):
     sampler = ARSampler(tiny_decoder)
     tokens, gather = pad_rows([[START, 5], [START]], tiny_decoder.config, bucket=True)
     memory, mask = expand_memory(*target, 2)
@@ -527,4 +613,4 @@ def test_step_logits_refuses_bad_input_naming_it(tiny_decoder, target, name, cha
         "rows": 2,
     }
     with pytest.raises(ValueError, match=rf"^{name}\b"):
-        sampler.step_logits(**change(valid))
+        sampler.step_logits(ARStep(**change(valid)))

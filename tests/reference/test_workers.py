@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 
-from reasyn_ref import DecoderConfig, Encoder, EncoderConfig, save_checkpoint
+from reasyn_ref import DecoderConfig, Encoder, EncoderConfig, save_checkpoint, workers
 from reasyn_ref.checkpoint import load_checkpoint
 from reasyn_ref.sampler import ARSampler
 from reasyn_ref.workers import SampleJob, WorkerError, WorkerPool, run_sample_job
@@ -26,6 +26,7 @@ pytestmark = pytest.mark.usefixtures("no_toggles_in_env")
 RAISE_SEED = 900
 CRASH_SEED = 901
 HANG_SEED = 902
+UNPICKLABLE_SEED = 903
 TIMED_SEEDS = range(1000, 1100)
 TIMED_SECONDS = 0.3
 MAX_LEN = 12
@@ -39,6 +40,8 @@ def scripted_job(sampler: ARSampler, job: SampleJob):
         os._exit(3)
     if job.seed == HANG_SEED:
         time.sleep(3600)
+    if job.seed == UNPICKLABLE_SEED:
+        return lambda: None  # a local function cannot be pickled back to the parent
     if job.seed in TIMED_SEEDS:
         start = time.monotonic()
         time.sleep(TIMED_SECONDS)
@@ -106,8 +109,46 @@ def test_an_empty_map_returns_nothing(pool):
 
 
 def test_map_refuses_anything_but_sample_jobs(pool):
-    with pytest.raises(ValueError, match=r"jobs\[1\] must be a SampleJob, got dict"):
+    with pytest.raises(TypeError, match=r"jobs\[1\] must be a SampleJob, got dict"):
         pool.map([make_job(0), {"seed": 1}])
+
+
+def test_a_map_interrupted_in_the_caller_leaves_no_answers_for_the_next(
+    pool, checkpoint, monkeypatch
+):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # as Ctrl-C while the parent waits for answers
+
+    with monkeypatch.context() as patch:
+        patch.setattr(workers, "wait", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            pool.map([make_job(20), make_job(21)])  # both jobs were sent and will answer
+    jobs = [make_job(22), make_job(23)]
+    assert pool.map(jobs) == sample_here(checkpoint, jobs)
+    assert pool.map(jobs[::-1]) == sample_here(checkpoint, jobs[::-1])
+
+
+def unpicklable_job(seed: int) -> SampleJob:
+    """A job whose memory is an autograd result, which torch refuses to send to a process."""
+    job = make_job(seed)
+    memory = job.memory.clone().requires_grad_() * 1.0
+    return SampleJob(memory, job.memory_padding_mask, job.prefixes, seed, max_len=job.max_len)
+
+
+def test_a_job_that_cannot_be_pickled_is_refused_before_any_is_sent(pool, checkpoint):
+    with pytest.raises(ValueError, match=r"jobs\[1\] cannot be pickled to send to a worker"):
+        pool.map([make_job(24), unpicklable_job(25), make_job(26)])
+    jobs = [make_job(27), make_job(28), make_job(29)]
+    assert pool.map(jobs) == sample_here(checkpoint, jobs)
+
+
+def test_a_result_that_cannot_be_pickled_is_a_worker_error_and_the_pool_goes_on(pool, checkpoint):
+    with pytest.raises(WorkerError, match=r"(?s)failed on job 1:.*pickle") as failure:
+        pool.map([make_job(30), make_job(UNPICKLABLE_SEED), make_job(31)])
+    assert failure.value.job == 1
+    assert all(process.is_alive() for process in pool.processes)
+    jobs = [make_job(32), make_job(33)]
+    assert pool.map(jobs) == sample_here(checkpoint, jobs)
 
 
 def test_workers_sharing_a_lock_never_run_jobs_at_the_same_time(pool):
@@ -220,22 +261,22 @@ def test_more_gpus_than_visible_are_refused(checkpoint, no_new_processes):
 
 
 @pytest.mark.parametrize(
-    ("args", "kwargs", "message"),
+    ("args", "kwargs", "error", "message"),
     [
-        ((0, 1), {}, r"num_gpus must be an int >= 1, got 0"),
-        ((True, 1), {}, r"num_gpus must be an int >= 1, got True"),
-        ((1, 0), {}, r"num_workers_per_gpu must be an int >= 1, got 0"),
-        ((1, 1.5), {}, r"num_workers_per_gpu must be an int >= 1, got 1.5"),
-        ((1, 1), {"device_type": "tpu"}, r"device_type must be 'cuda' or 'cpu', got 'tpu'"),
-        ((1, 1), {"timeout": 0}, r"timeout must be a number of seconds > 0, got 0"),
-        ((1, 1), {"timeout": float("nan")}, r"timeout must be a number of seconds > 0, got nan"),
-        ((1, 1), {"timeout": "5"}, r"timeout must be a number of seconds > 0, got '5'"),
-        ((1, 1), {"startup_timeout": -1.0}, r"startup_timeout must be a number of seconds > 0"),
-        ((1, 1), {"job_fn": lambda s, j: []}, r"job_fn must be a module-level function"),
+        ((0, 1), {}, ValueError, r"num_gpus must be an int >= 1, got 0"),
+        ((True, 1), {}, TypeError, r"num_gpus must be an int >= 1, got True"),
+        ((1, 0), {}, ValueError, r"num_workers_per_gpu must be an int >= 1, got 0"),
+        ((1, 1.5), {}, TypeError, r"num_workers_per_gpu must be an int >= 1, got 1.5"),
+        ((1, 1), {"device_type": "tpu"}, ValueError, r"device_type must be 'cuda' or 'cpu'"),
+        ((1, 1), {"timeout": 0}, ValueError, r"timeout must be a number of seconds > 0, got 0"),
+        ((1, 1), {"timeout": float("nan")}, ValueError, r"timeout must be .* > 0, got nan"),
+        ((1, 1), {"timeout": "5"}, TypeError, r"timeout must be a number of seconds > 0, got '5'"),
+        ((1, 1), {"startup_timeout": -1.0}, ValueError, r"startup_timeout must be a number"),
+        ((1, 1), {"job_fn": lambda s, j: []}, ValueError, r"job_fn must be a module-level"),
     ],
 )
-def test_bad_arguments_are_refused(checkpoint, no_new_processes, args, kwargs, message):
-    with pytest.raises(ValueError, match=message):
+def test_bad_arguments_are_refused(checkpoint, no_new_processes, args, kwargs, error, message):
+    with pytest.raises(error, match=message):
         WorkerPool(checkpoint, *args, device_type=kwargs.pop("device_type", "cpu"), **kwargs)
 
 
@@ -244,19 +285,59 @@ def test_a_missing_checkpoint_is_refused(tmp_path, no_new_processes):
         WorkerPool(tmp_path / "missing.pt", 1, device_type="cpu")
 
 
+def rows():
+    yield [1]
+
+
 @pytest.mark.parametrize(
-    ("field", "value", "message"),
+    ("field", "value", "error", "message"),
     [
-        ("memory", torch.zeros(1, 16, 32, device="meta"), r"SampleJob.memory must be a CPU tensor"),
-        ("memory_padding_mask", [[False] * 16], r"memory_padding_mask must be a CPU tensor"),
-        ("seed", -1, r"SampleJob.seed must be an int >= 0, got -1"),
-        ("seed", True, r"SampleJob.seed must be an int >= 0, got True"),
+        (
+            "memory",
+            torch.zeros(1, 16, 32, device="meta"),
+            ValueError,
+            r"SampleJob.memory must be a CPU tensor",
+        ),
+        ("memory", torch.zeros(16, 32), ValueError, r"SampleJob.memory must be a floating-point"),
+        (
+            "memory_padding_mask",
+            [[False] * 16],
+            TypeError,
+            r"memory_padding_mask must be a CPU tensor",
+        ),
+        (
+            "memory_padding_mask",
+            torch.zeros(1, 63, dtype=torch.bool),
+            ValueError,
+            r"SampleJob.memory_padding_mask must be bool \(1, 64\)",
+        ),
+        ("prefixes", 42, TypeError, r"SampleJob.prefixes must be a sequence .* got int"),
+        ("prefixes", rows(), TypeError, r"SampleJob.prefixes must be a sequence .* got generator"),
+        ("prefixes", "abc", TypeError, r"SampleJob.prefixes must be a sequence .* got str"),
+        ("prefixes", [], ValueError, r"SampleJob.prefixes must hold at least one row"),
+        ("prefixes", [[1], 7], TypeError, r"SampleJob.prefixes\[1\] must be a sequence"),
+        ("prefixes", [[1], []], ValueError, r"SampleJob.prefixes\[1\] is empty"),
+        ("prefixes", [[1, 2.5]], TypeError, r"SampleJob.prefixes\[0\] must hold int token ids"),
+        ("prefixes", [[True]], TypeError, r"SampleJob.prefixes\[0\] must hold int token ids"),
+        ("seed", -1, ValueError, r"SampleJob.seed must be an int >= 0, got -1"),
+        ("seed", True, TypeError, r"SampleJob.seed must be an int >= 0, got True"),
+        ("max_len", 0, ValueError, r"SampleJob.max_len must be an int >= 1, got 0"),
+        ("max_len", 8.0, TypeError, r"SampleJob.max_len must be an int >= 1, got 8.0"),
     ],
 )
-def test_sample_job_checks_its_fields(field, value, message):
+def test_sample_job_checks_its_fields(field, value, error, message):
     job = make_job(0)
     fields = {name: getattr(job, name) for name in ("memory", "memory_padding_mask", "prefixes")}
     fields.update(seed=0, max_len=MAX_LEN)
     fields[field] = value
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(error, match=message):
         SampleJob(**fields)
+
+
+def test_sample_job_keeps_its_prefixes_as_tuples_of_ints():
+    job = make_job(0)
+    rows = [list(row) for row in job.prefixes]
+    rows[1] = torch.tensor(rows[1])  # a tensor row is fine too
+    copy = SampleJob(job.memory, job.memory_padding_mask, rows, 0)
+    assert copy.prefixes == tuple(tuple(int(t) for t in row) for row in rows)
+    assert all(type(t) is int for row in copy.prefixes for t in row)

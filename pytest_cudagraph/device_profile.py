@@ -1,5 +1,6 @@
-"""The device side of graph-cache calls, from torch.profiler: each kernel and copy, and their
-sums per call. Shared by the replay-efficiency benchmark and scripts/replay_profile.py."""
+"""The device side of repeated calls (a graph replay, say), from torch.profiler: each kernel
+and copy, and their sums per call. Used by the replay-efficiency benchmark and
+scripts/replay_profile.py; not imported by the plugin."""
 
 from __future__ import annotations
 

@@ -1,0 +1,186 @@
+"""Count the CUDA graph captures and replays code makes in a scope, whatever makes them.
+
+torch.cuda.graph, make_graphed_callables, a cache that calls ``capture_begin`` itself and
+torch.compile's cudagraph trees all capture and replay through the methods of
+``torch.cuda.CUDAGraph`` (torch 2.7 to 2.11), so ``CaptureCounter`` wraps ``capture_begin``,
+``capture_end`` and ``replay`` on that class while its scope is open. The class is a
+parameter, so the counting is tested on the CPU with a stand-in of the same shape.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+_METHODS = ("capture_begin", "capture_end", "replay")
+_INHERITED = object()
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One completed capture: the key in scope when it began (``CaptureCounter.key``), the
+    wall time from ``capture_begin`` to the return of ``capture_end`` (which instantiates the
+    graph), and how often that graph was replayed before it was captured again."""
+
+    key: Hashable | None
+    seconds: float
+    replays: int = 0
+
+
+class CaptureCounter:
+    """Counts captures and replays of ``graph_class`` (default ``torch.cuda.CUDAGraph``)
+    made while the counter is entered, from any thread. Warm-up runs and the
+    synchronize/empty_cache torch.cuda.graph does before ``capture_begin`` are not capture
+    time.
+
+        with CaptureCounter() as counter:
+            with counter.key((8, 64)):
+                cache(step)
+        assert not counter.recaptured_keys()
+    """
+
+    def __init__(self, graph_class: type | None = None) -> None:
+        if graph_class is None:
+            import torch
+
+            graph_class = torch.cuda.CUDAGraph
+        if not isinstance(graph_class, type):
+            raise TypeError(f"graph_class must be a class, got {graph_class!r}")
+        missing = [name for name in _METHODS if not callable(getattr(graph_class, name, None))]
+        if missing:
+            raise TypeError(f"graph_class {graph_class.__name__} lacks the methods {missing}")
+        self.graph_class = graph_class
+        self._lock = threading.Lock()
+        self._captures: list[Capture] = []
+        self._started: dict[int, tuple[float, Hashable | None]] = {}
+        # id(graph) -> index of its latest capture in _captures, where its replays count. By
+        # id, as not every graph class takes weak references; a capture rebinds a reused id.
+        self._latest: dict[int, int] = {}
+        self._keys: list[Hashable] = []
+        self._patched: dict[str, tuple[object, object]] = {}
+        self._active = False
+
+    def __enter__(self) -> CaptureCounter:
+        if self._patched:
+            raise RuntimeError("this CaptureCounter is already counting; use a new one")
+        self._active = True
+        for name in _METHODS:
+            own = vars(self.graph_class).get(name, _INHERITED)
+            wrapper = self._wrap(name, getattr(self.graph_class, name))
+            setattr(self.graph_class, name, wrapper)
+            self._patched[name] = (own, wrapper)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._active = False  # a wrapper left behind by out-of-order exits counts nothing
+        for name, (own, wrapper) in self._patched.items():
+            if vars(self.graph_class).get(name) is not wrapper:
+                continue
+            if own is _INHERITED:
+                delattr(self.graph_class, name)
+            else:
+                setattr(self.graph_class, name, own)
+        self._patched.clear()
+
+    @contextmanager
+    def key(self, key: Hashable) -> Iterator[None]:
+        """Label the captures that begin inside this block with ``key``."""
+        hash(key)  # a TypeError here, before any work, names an unhashable key
+        self._keys.append(key)
+        try:
+            yield
+        finally:
+            self._keys.pop()
+
+    @property
+    def captures(self) -> list[Capture]:
+        with self._lock:
+            return list(self._captures)
+
+    @property
+    def replays(self) -> int:
+        return sum(capture.replays for capture in self.captures)
+
+    def captures_per_key(self) -> dict[Hashable | None, int]:
+        return dict(Counter(capture.key for capture in self.captures))
+
+    def recaptured_keys(self) -> dict[Hashable, int]:
+        """Labelled keys captured more than once, with their capture counts."""
+        return {
+            key: count
+            for key, count in self.captures_per_key().items()
+            if key is not None and count > 1
+        }
+
+    def replays_per_capture(self) -> float:
+        """Replays over captures; 0.0 when nothing was captured."""
+        count = len(self.captures)
+        return self.replays / count if count else 0.0
+
+    def capture_seconds(self) -> float:
+        return sum(capture.seconds for capture in self.captures)
+
+    def _wrap(self, name: str, original: Callable[..., object]) -> Callable[..., object]:
+        hook = getattr(self, f"_on_{name}")
+
+        def counted(graph: object, *args: object, **kwargs: object) -> object:
+            if not self._active:
+                return original(graph, *args, **kwargs)
+            return hook(original, graph, *args, **kwargs)
+
+        counted.__name__ = name
+        counted.__doc__ = getattr(original, "__doc__", None)
+        return counted
+
+    def _on_capture_begin(self, original: Callable[..., object], graph: object, *a, **k) -> object:
+        key = self._keys[-1] if self._keys else None
+        self._started[id(graph)] = (time.perf_counter(), key)
+        try:
+            return original(graph, *a, **k)
+        except BaseException:
+            self._started.pop(id(graph), None)
+            raise
+
+    def _on_capture_end(self, original: Callable[..., object], graph: object, *a, **k) -> object:
+        try:
+            result = original(graph, *a, **k)
+        except BaseException:
+            self._started.pop(id(graph), None)  # a failed capture is not a capture
+            raise
+        started = self._started.pop(id(graph), None)
+        if started is not None:  # began before this counter was entered: not counted
+            began, key = started
+            with self._lock:
+                self._latest[id(graph)] = len(self._captures)
+                self._captures.append(Capture(key, time.perf_counter() - began))
+        return result
+
+    def _on_replay(self, original: Callable[..., object], graph: object, *a, **k) -> object:
+        result = original(graph, *a, **k)
+        with self._lock:
+            index = self._latest.get(id(graph))
+            if index is not None:
+                capture = self._captures[index]
+                self._captures[index] = replace(capture, replays=capture.replays + 1)
+        return result
+
+
+def replays_to_repay(capture_seconds: float, eager_seconds: float, graph_seconds: float) -> float:
+    """How many replays pay back one capture: its cost over what each replay saves against
+    the eager call (``inf`` when a replay saves nothing)."""
+    for name, value in (
+        ("capture_seconds", capture_seconds),
+        ("eager_seconds", eager_seconds),
+        ("graph_seconds", graph_seconds),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a number, got {value!r}")
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    saving = eager_seconds - graph_seconds
+    return capture_seconds / saving if saving > 0 else math.inf

@@ -1,0 +1,93 @@
+"""The markers, one module each, and the little they share.
+
+A marker is a feature class (a pytest plugin object; plugin.py registers one per session)
+that keeps together everything about its marker:
+
+- ``function``: the marker function. It validates the marker's arguments (TypeError or
+  ValueError name the rule) and returns the parsed mark; its signature and docstring are the
+  ``--markers`` help.
+- ``fixtures``: the fixtures a marked test needs, set up before its body, so that their
+  skips apply and overriding one (``cuda_device``, say) reaches the marker too.
+- ``complete`` and ``collected``: collection-time work (a default from the settings, a skip).
+- its own hooks: the run-time wrapper, the report section and the summary lines.
+
+Adding a marker is a module with one such class, plus its line in ``plugin.FEATURES``.
+Modules here import torch only inside the code that runs for marked tests.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+import pytest
+
+from pytest_cudagraph import settings
+from pytest_cudagraph.report import SummaryRecord
+
+SECTIONS = pytest.StashKey[list[tuple[str, str]]]()
+
+
+class MarkerArgumentError(Exception):
+    """A marker's arguments broke its rule; reported as a collection error of the test."""
+
+
+class MarkerFeature:
+    """Base of the marker features; see the package docstring."""
+
+    function: ClassVar[Callable[..., object]]
+    fixtures: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.settings = settings.snapshot(config)
+        self.key = pytest.StashKey[object]()
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.function.__name__
+
+    @classmethod
+    def help(cls) -> str:
+        """The ``--markers`` line, from the marker function's signature and docstring."""
+        parameters = inspect.signature(cls.function).parameters.values()
+        arguments = ", ".join(f"{parameter.name}={parameter.default!r}" for parameter in parameters)
+        summary = " ".join(inspect.getdoc(cls.function).split("\n\n")[0].split())
+        return f"{cls.name()}({arguments}): {summary}" if arguments else f"{cls.name()}: {summary}"
+
+    def read(self, item: pytest.Item) -> object | None:
+        """The item's parsed mark (None when unmarked); MarkerArgumentError for bad arguments."""
+        marker = item.get_closest_marker(self.name())
+        if marker is None:
+            return None
+        try:
+            mark = self.function(*marker.args, **marker.kwargs)
+            return self.complete(mark)
+        except (TypeError, ValueError) as error:
+            message = str(error).removeprefix(f"{self.name()}() ")
+            raise MarkerArgumentError(f"{self.name()} on {item.nodeid}: {message}") from None
+
+    def complete(self, mark: object) -> object:
+        """Fill in what the mark leaves to the settings (ValueError if it cannot be)."""
+        return mark
+
+    def collected(self, item: pytest.Item, mark: object) -> None:
+        """Collection-time work for a marked test (after every marker was read)."""
+
+    def mark_of(self, item: pytest.Item) -> object | None:
+        return item.stash.get(self.key, None)
+
+    def set_up(self, request: pytest.FixtureRequest, mark: object) -> None:
+        """Before the body of a marked test: set up the fixtures the marker works through."""
+        for name in self.fixtures:
+            request.getfixturevalue(name)
+
+    def summary_lines(self, records: Sequence[SummaryRecord]) -> list[str]:
+        """Lines of the "cudagraph" terminal summary, from the session's records."""
+        return []
+
+
+def add_report_section(item: pytest.Item, title: str, text: str) -> None:
+    """A named section on the test's report (shown with its failure, kept in JUnit XML)."""
+    item.stash.setdefault(SECTIONS, []).append((title, text))

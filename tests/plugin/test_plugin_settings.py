@@ -1,0 +1,101 @@
+"""The settings table: value parsing, native TOML values and one resolution per session."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_cudagraph import settings
+
+
+@pytest.mark.parametrize(
+    ("given", "mib"),
+    [
+        (512, 512.0),
+        (0.5, 0.5),
+        ("512", 512.0),
+        ("512MiB", 512.0),
+        ("1.5GiB", 1536.0),
+        (" 256 KiB ", 0.25),
+    ],
+)
+def test_sizes_are_mib_or_carry_a_binary_unit(given: object, mib: float) -> None:
+    assert settings.parse_mib(given) == mib
+
+
+@pytest.mark.parametrize("given", ["300MB", "1GB", "12 apples", "", "-5MiB", True, [1]])
+def test_other_sizes_are_refused(given: object) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        settings.parse_mib(given)
+
+
+@pytest.mark.parametrize("given", [0, -1.0, float("inf"), "0GiB"])
+def test_a_size_must_be_positive(given: object) -> None:
+    with pytest.raises(ValueError, match="must be a positive size"):
+        settings.parse_mib(given)
+
+
+@pytest.mark.parametrize("given", [-1, 2**63, 2**64, 1.0, "x", True])
+def test_seeds_outside_what_torch_takes_are_refused(given: object) -> None:
+    with pytest.raises(ValueError, match="seed must be"):
+        settings.parse_seed(given)
+
+
+def test_seeds_from_text_or_numbers() -> None:
+    assert settings.parse_seed("17") == 17
+    assert settings.parse_seed(2**63 - 1) == 2**63 - 1
+
+
+def test_every_setting_has_option_env_and_ini_names() -> None:
+    names = [setting.name for setting in settings.SETTINGS]
+    assert len(names) == len(set(names))
+    assert settings.JSON.option == "--cudagraph-json"
+    assert settings.JSON.env == "PYTEST_CUDAGRAPH_JSON"
+    assert settings.PINNED_STACK.ini == "cudagraph_pinned_stack"
+
+
+@pytest.mark.skipif(not settings.TYPED_INI, reason="native TOML values need pytest >= 9.2")
+def test_native_toml_values(cpu_pytester: pytest.Pytester) -> None:
+    cpu_pytester.makepyprojecttoml(
+        "[tool.pytest]\n"
+        "cudagraph_memory_bound = 4\n"
+        'cudagraph_pinned_stack = ["python>=3"]\n'
+        "cudagraph_device = 1\n"
+    )
+    cpu_pytester.makepyfile(
+        """
+        import pytest
+
+        from pytest_cudagraph import plugin
+
+        @pytest.mark.fake_memory(growth_mib=10)
+        @pytest.mark.graph_memory_bound
+        def test_bound():
+            pass
+
+        @pytest.mark.pinned_stack
+        def test_pinned(pytestconfig):
+            assert pytestconfig.stash[plugin.BINDING].index == 1
+        """
+    )
+    result = cpu_pytester.runpytest_inprocess()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*grew by 10.0 MiB, over the 4 MiB bound*"])
+
+
+def test_settings_are_resolved_once_at_configure(
+    cpu_pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cpu_pytester.makepyfile(
+        """
+        import os
+
+        from pytest_cudagraph import settings
+
+        def test_a(pytestconfig):
+            os.environ["PYTEST_CUDAGRAPH_SEED"] = "9"
+            snapshot = settings.snapshot(pytestconfig)
+            assert snapshot[settings.SEED] == settings.Resolved(5, "PYTEST_CUDAGRAPH_SEED")
+        """
+    )
+    monkeypatch.setenv("PYTEST_CUDAGRAPH_SEED", "5")
+    cpu_pytester.runpytest_inprocess().assert_outcomes(passed=1)
