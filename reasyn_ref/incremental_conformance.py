@@ -105,10 +105,9 @@ class KVTarget:
             lock=cache.lock,
             cached_keys=lambda: list(cache.keys()),
             fault_points={
-                "warm_up": (cache, "_warm_up"),
-                "capture": (cache, "_capture"),
-                # A step graph replays from inside the claim; its graph object is the seam.
-                "replay": (torch.cuda.CUDAGraph, "replay"),
+                "warm_up": (cache, "warm_up"),
+                "capture": (cache, "capture"),
+                "replay": (cache, "replay"),
             },
             capacity=cache.capacity,
             largest_case=LARGEST_CASE,
