@@ -97,6 +97,11 @@ class CudaGraphTarget:
       tolerance: how close graphed must be to eager (default bit-identical; shown in the table).
       reset(): drop every graph and buffer, in place (the objects named below stay valid);
         called before each check.
+      reset_state(): for a stateful target, one whose graphed path keeps state between calls (a
+        KV cache, positions, lengths): end that state, as between two targets, in place, keeping
+        every graph. Giving it says the target is stateful; each call is then an episode (the
+        inputs that build the state and every step's inputs; the output of every step and the
+        state it leaves) and the stateful checks run (docs/conformance.md, "Stateful targets").
       lock: the cache's lock (see LockLike).
       cached_keys() -> the keys now cached, to prove that a failed call left no entry.
       fault_points: stage -> (object, method name) for at least warm_up, capture and replay;
@@ -124,6 +129,7 @@ class CudaGraphTarget:
     num_keys: int
     tolerance: Tolerance = BIT_IDENTICAL
     reset: Callable[[], None] | None = None
+    reset_state: Callable[[], None] | None = None
     lock: LockLike | None = None
     cached_keys: Callable[[], Sequence[Hashable]] | None = None
     fault_points: Mapping[str, tuple[object, str]] | None = None
@@ -143,6 +149,7 @@ CALLABLE_FIELDS = (
     "make_inputs",
     "key_of",
     "reset",
+    "reset_state",
     "cached_keys",
     "capture_clean_forward",
     "sampler",

@@ -52,7 +52,7 @@ class StepGraphStats:
 
 
 @dataclass(eq=False)
-class _StepGraph:
+class StepGraph:
     """One captured step, its private pool, the buffers it reads and writes, its logits."""
 
     cache: StepGraphCache
@@ -66,9 +66,7 @@ class _StepGraph:
         if self.graph is None:
             raise RuntimeError("this step graph was released: use a slot only inside its claim")
         check_rows(rows, self.buffers.key.batch)
-        with torch.cuda.device(self.cache.device):
-            self.graph.replay()
-        self.cache.stats.replays += 1
+        self.cache.replay(self)
         return self.logits[:rows].to(torch.float32, copy=True)
 
     def release(self) -> None:
@@ -107,7 +105,7 @@ class StepGraphCache:
         self.warmups = warmups
         self.lock = threading.Lock()
         self.stats = StepGraphStats()
-        self._lru: LRU[StepKey, _StepGraph] = LRU(capacity)
+        self._lru: LRU[StepKey, StepGraph] = LRU(capacity)
         with torch.cuda.device(self.device):
             self._side_stream = torch.cuda.Stream(device=self.device)
             self.dtype = self._step_dtype()
@@ -136,6 +134,17 @@ class StepGraphCache:
                 self.stats.hits += 1
             yield entry
 
+    def clear_state(self) -> None:
+        """Zero every cached graph's buffers in place (KV cache, tokens, positions, the target),
+        keeping the graphs. Correct decoding needs no reset between targets (each target's
+        writes cover what its steps read); this is for callers that want none of a finished
+        target's data left on the device."""
+        with self.lock, torch.cuda.device(self.device):
+            for key in self._lru.keys():  # oldest first, so that get() keeps the LRU order
+                buffers = self._lru.get(key).buffers
+                for tensor in (buffers.inputs, buffers.cache, buffers.cross, buffers.cross_mask):
+                    tensor.zero_()
+
     def clear(self) -> None:
         """Drop every graph and its buffers, and give their memory back."""
         with self.lock, torch.cuda.device(self.device):
@@ -145,18 +154,18 @@ class StepGraphCache:
         with step_context(self.device, bf16=True):
             return self.kv.compute_dtype()
 
-    def _build(self, key: StepKey) -> _StepGraph:
+    def _build(self, key: StepKey) -> StepGraph:
         """A captured entry for ``key``; on any error nothing of it survives."""
         start = time.perf_counter()
-        entry = _StepGraph(
+        entry = StepGraph(
             cache=self,
             graph=torch.cuda.CUDAGraph(),
             pool=torch.cuda.graph_pool_handle(),
             buffers=self.kv.new_buffers(key, self.dtype),  # checks the key
         )
         try:
-            self._warm_up(entry)
-            self._capture(entry)
+            self.warm_up(entry)
+            self.capture(entry)
         except BaseException:
             self._discard(entry)
             raise
@@ -165,11 +174,11 @@ class StepGraphCache:
         self.stats.capture_seconds[key] = self.stats.capture_seconds.get(key, 0.0) + seconds
         return entry
 
-    def _forward(self, entry: _StepGraph) -> Tensor:
+    def _forward(self, entry: StepGraph) -> Tensor:
         with step_context(self.device, bf16=True):
             return self.kv.step(entry.buffers)
 
-    def _warm_up(self, entry: _StepGraph) -> None:
+    def warm_up(self, entry: StepGraph) -> None:
         """Lazy initialisation (handles, workspaces, kernel loading) before, not in, the capture."""
         caller_stream = torch.cuda.current_stream()
         self._side_stream.wait_stream(caller_stream)
@@ -178,7 +187,8 @@ class StepGraphCache:
                 self._forward(entry)
         caller_stream.wait_stream(self._side_stream)
 
-    def _capture(self, entry: _StepGraph) -> None:
+    def capture(self, entry: StepGraph) -> None:
+        """Record the step on the entry's buffers into its graph, in its private pool."""
         caller_stream = torch.cuda.current_stream()
         try:
             with torch.cuda.graph(
@@ -192,7 +202,13 @@ class StepGraphCache:
             # torch.cuda.graph skips restoring the caller's stream when ending the capture fails.
             torch.cuda.set_stream(caller_stream)
 
-    def _discard(self, entry: _StepGraph) -> None:
+    def replay(self, entry: StepGraph) -> None:
+        """Run ``entry``'s graph once on its buffers as they are, on the current stream."""
+        with torch.cuda.device(self.device):
+            entry.graph.replay()
+        self.stats.replays += 1
+
+    def _discard(self, entry: StepGraph) -> None:
         """Undo a failed build: end a capture left open, then free the entry."""
         with torch.cuda.stream(self._side_stream):
             if torch.cuda.is_current_stream_capturing():
@@ -200,7 +216,7 @@ class StepGraphCache:
                     entry.graph.capture_end()
         self._release([entry])
 
-    def _release(self, entries: list[_StepGraph]) -> None:
+    def _release(self, entries: list[StepGraph]) -> None:
         """Wait for replays in flight, destroy the graphs, free their memory for real."""
         if not entries:
             return

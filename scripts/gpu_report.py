@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-STEPS = ("tests", "conformance", "conformance-xdist", "bench")
+STEPS = ("tests", "conformance", "conformance-kv", "conformance-xdist", "bench")
 SUITE_KNOBS = ("TEST_ARGS", "SKIP_BENCH", "BENCH_ARGS")
 
 

@@ -41,9 +41,10 @@ run() {  # name, then the pytest arguments
 
 # shellcheck disable=SC2086  # TEST_ARGS is a list of arguments
 run tests ${TEST_ARGS:-tests --ignore=tests/bench} -m "not slow"
-run conformance --pyargs pytest_cudagraph.conformance
+run conformance --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn
+run conformance-kv --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn-kv
 if [[ $gpus -ge 2 ]]; then  # one xdist worker per GPU
-    run conformance-xdist --pyargs pytest_cudagraph.conformance -n "$gpus"
+    run conformance-xdist --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn -n "$gpus"
 fi
 if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
     run bench tests/bench --benchmark-enable --benchmark-only --benchmark-json="$out/bench.json" ${BENCH_ARGS:-}

@@ -31,6 +31,8 @@ GPU_CHECKS = {
     "concurrency",
     "worker processes",
     "graphs not skipped",
+    "state isolation",
+    "state reset",
 }
 NO_CUDA = "needs CUDA: torch.cuda.is_available() is False"
 
@@ -47,7 +49,7 @@ def run_on_cpu(
 def test_cpu_checks_pass_and_gpu_checks_skip_saying_why(
     run_on_cpu: Callable[..., pytest.RunResult], workers: list[str]
 ) -> None:
-    result = run_on_cpu(*workers)
+    result = run_on_cpu("--cudagraph-target", "reasyn", *workers)
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=len(CPU_CHECKS), skipped=len(GPU_CHECKS))
     assert table_verdicts(result) == {
@@ -56,7 +58,7 @@ def test_cpu_checks_pass_and_gpu_checks_skip_saying_why(
     }
     result.stdout.fnmatch_lines(
         [
-            "conformance of reasyn (3 passed, 11 skipped):",
+            "conformance of reasyn (3 passed, 13 skipped):",
             f"  parity * skipped * -  {NO_CUDA}",
             "  guards * passed * 4 of 4 unsupported modes refused clearly",
             "  worker refusal * passed * graphs with 2 workers per GPU refused: *",

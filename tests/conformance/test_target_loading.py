@@ -62,7 +62,7 @@ def build_with(factories: types.ModuleType, factory: Callable[[torch.device], ob
 @pytest.mark.parametrize(
     ("spec", "problem"),
     [
-        ("fake_targets", "no installed target of that name (installed: reasyn)"),
+        ("fake_targets", "no installed target of that name (installed: reasyn, reasyn-kv)"),
         ("fake_targets:", "must be a name or 'module:factory'"),
         (":factory", "must be a name or 'module:factory'"),
         ("no_such_module_here:make", "cannot import module 'no_such_module_here'"),
@@ -190,6 +190,7 @@ def fake_installed(monkeypatch: pytest.MonkeyPatch, names: dict[str, str]) -> No
 def test_with_none_chosen_the_one_installed_target_is_the_default(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    fake_installed(monkeypatch, {"reasyn": "reasyn_ref.conformance:make_target"})
     assert resolve_spec(None) == "reasyn"
     assert resolve_spec("mine:make") == "mine:make"
     fake_installed(monkeypatch, {"a": "pa:make", "b": "pb:make"})

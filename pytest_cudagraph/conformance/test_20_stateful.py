@@ -1,0 +1,75 @@
+"""Stateful targets: a graphed path that keeps state between calls (a KV cache, positions,
+lengths) must not let one call's state reach the next. A target says it keeps state by giving
+``reset_state()``; each call is then an episode (docs/conformance.md, "Stateful targets").
+
+- state isolation: two episodes on one cached key, back to back in both orders (so that each
+  follows the other once: a longer one before a shorter one, whichever it is), each equal to
+  eager. A counter or length not reset between targets shows through.
+- state reset: ``reset_state()`` keeps every graph cached, and the next episode on each key is
+  equal to eager. A reset that gives the state new buffers leaves the graphs reading the old
+  ones (a cache pointer baked in at capture)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pytest_cudagraph.conformance.support import (
+    case_in_key,
+    differences,
+    draw,
+    needs_cuda,
+    skip_without,
+)
+from pytest_cudagraph.target import CudaGraphTarget, Inputs
+
+KEYS = 4
+
+
+def judge(target: CudaGraphTarget, inputs: Inputs, when: str) -> list[str]:
+    """The graphed episode against eager, each difference described."""
+    expected = target.eager(inputs)
+    return [
+        f"key {target.key_of(inputs)!r}, {when}: {difference}"
+        for difference in differences(expected, target.graphed(inputs), target.tolerance)
+    ]
+
+
+@needs_cuda
+def test_state_isolation(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+    skip_without(target, "reset_state")
+    key_count = min(KEYS, target.num_keys)
+    problems = []
+    for key_index in range(key_count):
+        pair = [
+            draw(target, case_in_key(target, key_index, repeat), seed=2 * key_index + repeat)
+            for repeat in (0, 1)
+        ]
+        for first, second in (pair, pair[::-1]):
+            target.graphed(first)
+            problems += judge(target, second, "right after another episode")
+    record_figure(f"{2 * key_count} episode pairs on {key_count} keys, both orders")
+    assert not problems, "an episode's answer depends on the one before it:\n" + "\n".join(problems)
+
+
+@needs_cuda
+def test_state_reset(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+    skip_without(target, "reset_state")
+    # No more keys than the cache holds: an evicted key would be captured afresh.
+    key_count = min(KEYS, target.num_keys, target.capacity or KEYS)
+    keys = [case_in_key(target, key_index, 0) for key_index in range(key_count)]
+    for case in keys:
+        target.graphed(draw(target, case, seed=case))
+    cached = set(target.cached_keys()) if target.cached_keys is not None else None
+    target.reset_state()
+    problems = []
+    if cached is not None and set(target.cached_keys()) != cached:
+        problems.append(
+            f"reset_state() changed the cached keys from {sorted(map(repr, cached))} to "
+            f"{sorted(map(repr, target.cached_keys()))}: it must keep every graph"
+        )
+    for case in keys:
+        later = case + target.num_keys
+        problems += judge(target, draw(target, later, seed=later), "after reset_state()")
+    kept = "graphs kept, " if cached is not None else ""
+    record_figure(f"reset_state() after {key_count} keys: {kept}next episode on each checked")
+    assert not problems, "\n".join(problems)
