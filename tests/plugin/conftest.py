@@ -6,6 +6,10 @@ import os
 
 import pytest
 
+# pytester's in-process runs drop, when they end, every module imported after pytester was set
+# up, and torch cannot be imported twice in one process: have it imported before any of them.
+import torch  # noqa: F401
+
 # Written into a pytester directory: runs the CUDA-bound fixtures on the CPU, and replaces
 # the NVML probe with one whose readings a test sets with @pytest.mark.fake_memory.
 CPU_CONFTEST = """
