@@ -200,7 +200,7 @@ def test_a_failed_capture_leaves_nothing_and_the_next_claim_works(kv, device, mo
     graphs = StepGraphCache(kv)
     key = StepKey(2, 64, 64)
     stream = torch.cuda.current_stream(device)
-    forward = graphs._forward
+    forward = graphs.static_step
 
     def failing_in_capture(entry):
         out = forward(entry)
@@ -208,7 +208,7 @@ def test_a_failed_capture_leaves_nothing_and_the_next_claim_works(kv, device, mo
             raise RuntimeError("injected failure inside the capture")
         return out
 
-    monkeypatch.setattr(graphs, "_forward", failing_in_capture)
+    monkeypatch.setattr(graphs, "static_step", failing_in_capture)
     with pytest.raises(RuntimeError, match="injected failure"), graphs.claim(key):
         pass
     assert graphs.keys() == [] and graphs.stats.captures == 0 and not graphs.lock.locked()

@@ -11,9 +11,8 @@ import torch
 from torch import nn
 
 from reasyn_ref import ARStep, Decoder, DecoderConfig
+from reasyn_ref.capture import LRU, CacheStats
 from reasyn_ref.graph_cache import (
-    LRU,
-    CacheStats,
     GraphCache,
     GraphEntry,
     GraphKey,
