@@ -20,15 +20,12 @@ expected to match; their logits agree within floating-point tolerance (docs/incr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
-from torch import Tensor
 
 from .bucketing import bucket_seq
 from .incremental import EagerSteps, IncrementalDecoder, StepBuffers, StepKey
 from .model import Decoder, step_context, with_bf16_matmul_weights
-from .sampler import TargetSampler, check_graph_settings, pad_memory, pad_rows
+from .sampler import SampleCall, TargetSampler, check_graph_settings, pad_memory, pad_rows
 
 
 class IncrementalSampler(TargetSampler):
@@ -63,24 +60,12 @@ class IncrementalSampler(TargetSampler):
         else:
             self.steps = EagerSteps(self.kv, bf16=self.bf16)
 
-    def sample(
-        self,
-        memory: Tensor,
-        memory_padding_mask: Tensor,
-        prefixes: Sequence[Sequence[int]],
-        generator: torch.Generator,
-        max_len: int | None = None,
-    ) -> list[list[int]]:
-        """Each row's full sequence, as ``ARSampler.sample``: its prefix plus the sampled tokens,
-        ending with ``end_token`` when one was sampled, or at ``max_len`` (default
-        ``config.max_len``). memory [1, M, d_model] and its padding mask [1, M] are one
-        target's, shared by every row."""
-        max_len, sequences = self._check_call(
-            memory, memory_padding_mask, prefixes, generator, max_len
-        )
+    def _decode(self, call: SampleCall) -> list[list[int]]:
+        """Prefill the prefixes once, then one step per token, every row in its slot."""
+        sequences, generator, max_len = call.sequences, call.generator, call.max_len
         if all(self._finished(seq, max_len) for seq in sequences):
             return sequences
-        memory, memory_padding_mask = pad_memory(memory, memory_padding_mask)
+        memory, memory_padding_mask = pad_memory(call.memory, call.memory_padding_mask)
         rows = len(sequences)
         tokens, gather = pad_rows(
             sequences, self.config, bucket=True, pin_memory=self.device.type == "cuda"

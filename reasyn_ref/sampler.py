@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -40,10 +41,23 @@ if TYPE_CHECKING:
 MIN_TEMPERATURE = torch.finfo(torch.float32).tiny
 
 
+@dataclass
+class SampleCall:
+    """A ``sample`` call's arguments, checked: one target's memory and padding mask, the rows
+    to grow (fresh lists of token ids), the caller's generator and the resolved ``max_len``."""
+
+    memory: Tensor
+    memory_padding_mask: Tensor
+    sequences: list[list[int]]
+    generator: torch.Generator
+    max_len: int
+
+
 class TargetSampler:
     """What both samplers share: the decoder (its weights, config and device), the temperature,
     the ``bf16`` and ``cudagraph`` flags (None: from ``REASYN_BF16``, ``REASYN_CUDAGRAPH``), the
-    checks of a ``sample`` call, its host-to-device staging and its draw.
+    checked ``sample`` call (each sampler decodes in ``_decode``), its host-to-device staging and
+    its draw.
 
     ``temperature`` is a finite number >= ``MIN_TEMPERATURE`` (about 1.2e-38); a tiny one
     samples the most likely token (ties at random), never NaN: the largest logit is subtracted
@@ -76,16 +90,22 @@ class TargetSampler:
         self.bf16 = resolve_toggle("REASYN_BF16", bf16)
         self.cudagraph = resolve_toggle("REASYN_CUDAGRAPH", cudagraph)
 
-    def _check_call(
+    def sample(
         self,
         memory: Tensor,
         memory_padding_mask: Tensor,
         prefixes: Sequence[Sequence[int]],
         generator: torch.Generator,
-        max_len: int | None,
-    ) -> tuple[int, list[list[int]]]:
-        """A ``sample`` call's arguments checked before any work: ``max_len`` resolved and the
-        prefixes as fresh token rows."""
+        max_len: int | None = None,
+    ) -> list[list[int]]:
+        """Each row's full sequence: its prefix plus the sampled tokens, ending with
+        ``end_token`` when one was sampled, or at ``max_len`` (default ``config.max_len``).
+
+        memory [1, M, d_model] (the decoder's dtype, finite) and its padding mask [1, M]
+        (True = padding; at least one position unmasked) are one target's, shared by every
+        row. A prefix that already ends with ``end_token`` or has ``max_len`` tokens is
+        returned as it is. Every argument is checked before any work.
+        """
         max_len = check_max_len(self.config, max_len)
         check_target(
             self.config,
@@ -95,7 +115,12 @@ class TargetSampler:
             memory_padding_mask,
             generator,
         )
-        return max_len, token_rows(prefixes, self.config, max_len)
+        sequences = token_rows(prefixes, self.config, max_len)
+        return self._decode(SampleCall(memory, memory_padding_mask, sequences, generator, max_len))
+
+    def _decode(self, call: SampleCall) -> list[list[int]]:
+        """``sample`` on checked arguments: grows ``call.sequences`` and returns them."""
+        raise NotImplementedError
 
     def _stage(self, tokens: Tensor, gather: Tensor) -> tuple[Tensor, Tensor]:
         """The host-to-device copies of a step's layout: one for tokens, one for gather."""
@@ -147,27 +172,11 @@ class ARSampler(TargetSampler):
 
             self.graph_cache = GraphCache(decoder, self.device, capacity=graph_capacity)
 
-    def sample(
-        self,
-        memory: Tensor,
-        memory_padding_mask: Tensor,
-        prefixes: Sequence[Sequence[int]],
-        generator: torch.Generator,
-        max_len: int | None = None,
-    ) -> list[list[int]]:
-        """Each row's full sequence: its prefix plus the sampled tokens, ending with
-        ``end_token`` when one was sampled, or at ``max_len`` (default ``config.max_len``).
-
-        memory [1, M, d_model] (the decoder's dtype, finite) and its padding mask [1, M]
-        (True = padding; at least one position unmasked) are one target's, shared by every
-        row. A prefix that already ends with ``end_token`` or has ``max_len`` tokens is
-        returned as it is.
-        """
-        max_len, sequences = self._check_call(
-            memory, memory_padding_mask, prefixes, generator, max_len
-        )
+    def _decode(self, call: SampleCall) -> list[list[int]]:
+        memory, memory_padding_mask = call.memory, call.memory_padding_mask
         if self.bucket:
             memory, memory_padding_mask = pad_memory(memory, memory_padding_mask)
+        sequences, generator, max_len = call.sequences, call.generator, call.max_len
         active = [i for i, seq in enumerate(sequences) if not self._finished(seq, max_len)]
         while active:
             rows = [sequences[i] for i in active]
