@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from torch import Tensor
 
 from pytest_cudagraph.target import CudaGraphTarget, Inputs
 
+from .capture import CaptureCache
 from .checkpoint import save_checkpoint
 from .config import DecoderConfig
 from .graph_cache import GraphCache, GraphKey, check_graph_inputs
@@ -63,48 +64,72 @@ def make_target(device: torch.device) -> CudaGraphTarget:
     return ReferenceTarget(device).as_target()
 
 
-class ReferenceTarget:
-    """The decoder, its graph cache and what the checks call them with. ``cache_class`` lets
-    the project's tests swap in deliberately broken caches."""
+class SeededTarget:
+    """What both reasyn_ref targets share: the decoder (the default config with weights of
+    MODEL_SEED on CUDA, the tiny config on the CPU), the target fields every target has, a graph
+    cache's capabilities, and the capture-clean forward at the largest case. A subclass sets
+    ``num_keys`` and ``largest_case`` and gives the methods ``eager``, ``graphed``,
+    ``make_inputs``, ``key_of``, ``sample`` and ``unsupported_modes``."""
 
-    def __init__(self, device: torch.device, cache_class: type[GraphCache] = GraphCache) -> None:
+    num_keys: int
+    largest_case: int
+
+    def __init__(self, device: torch.device) -> None:
         self.device = device
         self.config = DecoderConfig() if device.type == "cuda" else DecoderConfig.tiny()
         self.decoder = seeded_decoder(self.config, MODEL_SEED).to(device)
-        self.cache = cache_class(self.decoder, device) if device.type == "cuda" else None
         self._largest_inputs: Inputs | None = None
-        self._checkpoint_dir: tempfile.TemporaryDirectory[str] | None = None
 
-    def as_target(self) -> CudaGraphTarget:
-        common: dict[str, Any] = dict(
+    def common_fields(self) -> dict[str, Any]:
+        """The target fields that need no GPU: the calls, the keys, the sampler, the refusals."""
+        return dict(
             device=self.device,
             eager=self.eager,
             graphed=self.graphed,
             make_inputs=self.make_inputs,
             key_of=self.key_of,
-            num_keys=NUM_KEYS,
-            reset=self.reset,
+            num_keys=self.num_keys,
             sampler=self.sample,
             unsupported_modes=self.unsupported_modes(),
-            run_workers=self.run_workers,
         )
-        if self.cache is None:
-            return CudaGraphTarget(**common)
-        cache = self.cache
-        return CudaGraphTarget(
-            **common,
+
+    def graph_capabilities(self, cache: CaptureCache, stages: Sequence[str]) -> dict[str, Any]:
+        """The target fields ``cache`` provides: its lock, keys and capacity, ``stages`` (its
+        method names) as fault points, and the capture-clean forward."""
+        return dict(
             lock=cache.lock,
             cached_keys=lambda: list(cache.keys()),
-            fault_points={
-                "warm_up": (cache, "warm_up"),
-                "capture": (cache, "capture"),
-                "replay": (cache, "replay"),
-                "copy_out": (cache, "copy_out"),
-            },
+            fault_points={stage: (cache, stage) for stage in stages},
             capacity=cache.capacity,
-            largest_case=LARGEST_CASE,
+            largest_case=self.largest_case,
             capture_clean_forward=self.capture_clean_forward,
         )
+
+    def capture_clean_forward(self) -> Any:
+        """One eager call at the largest case; its inputs are drawn on the first call."""
+        if self._largest_inputs is None:
+            generator = torch.Generator(self.device).manual_seed(TARGET_SEED)
+            self._largest_inputs = self.make_inputs(generator, self.largest_case)
+        return self.eager(self._largest_inputs)
+
+
+class ReferenceTarget(SeededTarget):
+    """The decoder, its graph cache and what the checks call them with. ``cache_class`` lets
+    the project's tests swap in deliberately broken caches."""
+
+    num_keys = NUM_KEYS
+    largest_case = LARGEST_CASE
+
+    def __init__(self, device: torch.device, cache_class: type[GraphCache] = GraphCache) -> None:
+        super().__init__(device)
+        self.cache = cache_class(self.decoder, device) if device.type == "cuda" else None
+        self._checkpoint_dir: tempfile.TemporaryDirectory[str] | None = None
+
+    def as_target(self) -> CudaGraphTarget:
+        common = dict(self.common_fields(), reset=self.reset, run_workers=self.run_workers)
+        if self.cache is None:
+            return CudaGraphTarget(**common)
+        return CudaGraphTarget(**common, **self.graph_capabilities(self.cache, GraphCache.STAGES))
 
     def eager(self, inputs: Inputs) -> Tensor:
         return ar_step_logits(
@@ -181,49 +206,24 @@ class ReferenceTarget:
         if self.cache is not None:
             self.cache.clear()
 
-    def capture_clean_forward(self) -> Tensor:
-        """One eager forward at the largest key; its inputs are drawn on the first call."""
-        if self._largest_inputs is None:
-            generator = torch.Generator(self.device).manual_seed(TARGET_SEED)
-            self._largest_inputs = self.make_inputs(generator, LARGEST_CASE)
-        return self.eager(self._largest_inputs)
-
     def sample(self, seed: int, graphs: bool) -> list[list[int]]:
         """Sampled tokens for fixed prefixes and memory under ``seed``, graphs on or off (the
         sampler's own switch, which REASYN_CUDAGRAPH sets when it is not given)."""
         sampler = ARSampler(self.decoder, bf16=True, batched=True, bucket=True, cudagraph=graphs)
-        memory, padding = self.target_memory()
+        memory, padding = sample_target(self.config)
         memory, padding = memory.to(self.device), padding.to(self.device)
         generator = torch.Generator(self.device).manual_seed(seed)
-        return sampler.sample(memory, padding, self.prefixes(), generator, max_len=SAMPLE_MAX_LEN)
-
-    def target_memory(self) -> tuple[Tensor, Tensor]:
-        """One target's memory [1, M, d] and padding mask [1, M] on the CPU, the last 8 padded."""
-        generator = torch.Generator().manual_seed(TARGET_SEED)
-        memory = torch.randn(1, SAMPLE_MEMORY_LEN, self.config.d_model, generator=generator)
-        padding = torch.zeros(1, SAMPLE_MEMORY_LEN, dtype=torch.bool)
-        padding[:, -8:] = True
-        return memory, padding
-
-    def prefixes(self) -> list[list[int]]:
-        generator = torch.Generator().manual_seed(TARGET_SEED)
-        vocab = self.config.vocab_size
-        return [
-            [
-                self.config.start_token,
-                *torch.randint(3, vocab, (n - 1,), generator=generator).tolist(),
-            ]
-            for n in SAMPLE_PREFIX_LENGTHS
-        ]
+        prefixes = sample_prefixes(self.config)
+        return sampler.sample(memory, padding, prefixes, generator, max_len=SAMPLE_MAX_LEN)
 
     def run_workers(
         self, workers_per_gpu: int, graphs: bool
     ) -> tuple[list[list[list[int]]], list[list[list[int]]]]:
         """Sample a few jobs through a WorkerPool on this GPU and, in this process, eagerly;
         returns (the pool's results, the eager results)."""
-        memory, padding = self.target_memory()
+        memory, padding = sample_target(self.config)
         jobs = [
-            SampleJob(memory, padding, self.prefixes(), seed, max_len=SAMPLE_MAX_LEN)
+            SampleJob(memory, padding, sample_prefixes(self.config), seed, max_len=SAMPLE_MAX_LEN)
             for seed in WORKER_JOB_SEEDS
         ]
         with WorkerPool(
@@ -297,6 +297,28 @@ class ReferenceTarget:
         """The graphed call on the largest case's inputs after ``change``."""
         generator = torch.Generator(self.device).manual_seed(TARGET_SEED)
         return self.graphed(change(self.make_inputs(generator, LARGEST_CASE)))
+
+
+def sample_target(config: DecoderConfig) -> tuple[Tensor, Tensor]:
+    """The sampled target's memory [1, M, d] and padding mask [1, M] on the CPU, the last 8
+    padded."""
+    generator = torch.Generator().manual_seed(TARGET_SEED)
+    memory = torch.randn(1, SAMPLE_MEMORY_LEN, config.d_model, generator=generator)
+    padding = torch.zeros(1, SAMPLE_MEMORY_LEN, dtype=torch.bool)
+    padding[:, -8:] = True
+    return memory, padding
+
+
+def sample_prefixes(config: DecoderConfig) -> list[list[int]]:
+    """Prefixes of SAMPLE_PREFIX_LENGTHS tokens: the start token, then random ones."""
+    generator = torch.Generator().manual_seed(TARGET_SEED)
+    return [
+        [
+            config.start_token,
+            *torch.randint(3, config.vocab_size, (n - 1,), generator=generator).tolist(),
+        ]
+        for n in SAMPLE_PREFIX_LENGTHS
+    ]
 
 
 # Inputs outside what a graph supports: how to make them from a valid call, and what the

@@ -17,93 +17,26 @@ pad each target's memory, masked. Any other shape in a key must be a bucket too.
 
 Graphs live in an LRU of ``capacity`` entries, each in its own private memory pool (a pool
 shared between graphs is only safe when they replay in capture order). All work runs on the
-decoder's device: warm-ups and capture on a side stream created once per cache, replay and the
-output copy on the device's current stream.
+decoder's device: warm-ups and capture on a side stream created once per cache (the mechanics
+are ``capture.CaptureCache``'s, shared with ``StepGraphCache``), replay and the output copy on
+the device's current stream.
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Hashable
-from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from .bucketing import SEQ_BUCKET, is_batch_bucket, is_seq_bucket
-from .checks import check_count
+from .capture import LRU as LRU  # re-exported: callers written before capture.py import it here
+from .capture import CaptureCache, check_capture_settings
 from .config import DecoderConfig
 from .model import step_context, with_bf16_matmul_weights
 from .step import ARStep, GraphKey, as_step
 
 MEMORY_BUCKET = SEQ_BUCKET
-
-# "thread_local": only this thread's unsafe CUDA calls (a sync, a cudaMalloc) during a capture
-# are errors, so a sync hidden in the forward still fails loudly, while another thread touching
-# CUDA (an eager forward, a data loader) neither breaks our capture nor is broken by it, as it
-# would be under the default "global". "relaxed" would also hide our own unsafe calls.
-CAPTURE_ERROR_MODE = "thread_local"
-
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
-
-class LRU(Generic[K, V]):
-    """Least-recently-used order over at most ``capacity`` items, oldest first."""
-
-    def __init__(self, capacity: int) -> None:
-        check_count("capacity", capacity)
-        self.capacity = capacity
-        self._items: OrderedDict[K, V] = OrderedDict()
-
-    def get(self, key: K) -> V | None:
-        """The item under ``key``, marked most recently used; None when absent."""
-        if key not in self._items:
-            return None
-        self._items.move_to_end(key)
-        return self._items[key]
-
-    def put(self, key: K, value: V) -> list[tuple[K, V]]:
-        """Store ``value`` as the most recently used item; returns the items pushed out to stay
-        within capacity, oldest first."""
-        self._items[key] = value
-        self._items.move_to_end(key)
-        evicted = []
-        while len(self._items) > self.capacity:
-            evicted.append(self._items.popitem(last=False))
-        return evicted
-
-    def pop_all(self) -> list[tuple[K, V]]:
-        """Remove and return every item, oldest first."""
-        items = list(self._items.items())
-        self._items.clear()
-        return items
-
-    def keys(self) -> list[K]:
-        return list(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._items
-
-
-@dataclass
-class CacheStats:
-    """Counters of one GraphCache. ``evictions`` counts capacity evictions, not ``clear()``;
-    ``capture_seconds`` is the time spent building each key's graph (buffers, warm-ups, capture),
-    summed over re-captures after evictions."""
-
-    hits: int = 0
-    captures: int = 0
-    evictions: int = 0
-    replays: int = 0
-    capture_seconds: dict[GraphKey, float] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -130,7 +63,7 @@ class GraphEntry:
         self.tokens = self.memory = self.memory_padding_mask = self.gather = None
 
 
-class GraphCache:
+class GraphCache(CaptureCache[GraphKey, GraphEntry]):
     """CUDA graphs of ``decoder``'s bf16 AR step, one per step key, LRU-bounded.
 
     ``cache(step)`` takes an ``ARStep`` in the bucketed layout on the decoder's device and
@@ -157,10 +90,7 @@ class GraphCache:
         capacity: int = 3,
         warmups: int = 3,
     ) -> None:
-        check_count("capacity", capacity)
-        check_count("warmups", warmups)
-        if not torch.cuda.is_available():
-            raise RuntimeError("GraphCache needs CUDA: torch.cuda.is_available() is False")
+        check_capture_settings("GraphCache", capacity, warmups)
         weight = next(decoder.parameters(), None)
         if weight is None:
             raise ValueError("decoder has no parameters; GraphCache binds to their device")
@@ -177,28 +107,14 @@ class GraphCache:
                 f"device {device} is not the decoder's device {weight.device}: a graph runs "
                 f"where the decoder's weights live"
             )
+        super().__init__(device, capacity=capacity, warmups=warmups)
         self.decoder = decoder
         self.config: DecoderConfig = decoder.config
-        self.device = device
-        self.warmups = warmups
         self.memory_dtype = weight.dtype
-        self.lock = threading.Lock()
-        self.stats = CacheStats()
-        self._lru: LRU[GraphKey, GraphEntry] = LRU(capacity)
         with torch.cuda.device(device):
-            self._side_stream = torch.cuda.Stream(device=device)
             # What the graphs run: bit-identical to the decoder under bf16 autocast, fewer
             # kernels. Copied inside the device's context, like everything the cache creates.
             self._graph_decoder = with_bf16_matmul_weights(decoder)
-
-    @property
-    def capacity(self) -> int:
-        return self._lru.capacity
-
-    def keys(self) -> list[GraphKey]:
-        """The cached keys, least recently used first. A snapshot taken without the lock (one
-        C-level copy under the GIL), so that it can be read from anywhere, a stage included."""
-        return self._lru.keys()
 
     def __call__(
         self, step: ARStep | Tensor, *loose: Tensor | None, rows: int | None = None
@@ -209,24 +125,12 @@ class GraphCache:
         step = as_step(step, loose, rows)
         key = check_graph_step(self.config, self.device, self.memory_dtype, step)
         with self.lock, torch.cuda.device(self.device):
-            entry = self._lru.get(key)
-            if entry is None:
-                entry = self._build(key)
-                evicted = self._lru.put(key, entry)
-                self.stats.evictions += len(evicted)
-                self._release([old for _, old in evicted])
-            else:
-                self.stats.hits += 1
+            entry = self._get_or_build(key)
             self.replay(entry, step)
             self.stats.replays += 1
             return self.copy_out(entry, step.rows)
 
-    def clear(self) -> None:
-        """Drop every graph and give its memory back."""
-        with self.lock, torch.cuda.device(self.device):
-            self._release([entry for _, entry in self._lru.pop_all()])
-
-    # --- stages (public: see the class docstring) ----------------------------------------
+    # --- stages (public: see the class docstring; warm_up and capture are CaptureCache's) ----
 
     def static_step(self, entry: GraphEntry) -> Tensor:
         """The eager step's forward on the entry's static inputs: what warm-ups run and the
@@ -236,31 +140,6 @@ class GraphCache:
             return self._graph_decoder(
                 entry.tokens, memory, entry.memory_padding_mask, entry.gather
             )
-
-    def warm_up(self, entry: GraphEntry) -> None:
-        """Run the forward on the side stream first, so that lazy initialisation (cuBLAS
-        handles, workspaces, kernel loading) happens before the capture, not inside it."""
-        caller_stream = torch.cuda.current_stream()
-        self._side_stream.wait_stream(caller_stream)
-        with torch.cuda.stream(self._side_stream):
-            for _ in range(self.warmups):
-                self.static_step(entry)
-        caller_stream.wait_stream(self._side_stream)
-
-    def capture(self, entry: GraphEntry) -> None:
-        """Record ``static_step`` into the entry's graph, in its private pool."""
-        caller_stream = torch.cuda.current_stream()
-        try:
-            with torch.cuda.graph(
-                entry.graph,
-                pool=entry.pool,
-                stream=self._side_stream,
-                capture_error_mode=CAPTURE_ERROR_MODE,
-            ):
-                entry.logits = self.static_step(entry)
-        finally:
-            # torch.cuda.graph skips restoring the caller's stream when ending the capture fails.
-            torch.cuda.set_stream(caller_stream)
 
     def replay(self, entry: GraphEntry, step: ARStep) -> None:
         """Refresh every static input from ``step``, then replay, on the current stream."""
@@ -274,23 +153,6 @@ class GraphCache:
     def copy_out(self, entry: GraphEntry, rows: int) -> Tensor:
         """The real rows as fp32 in fresh memory: the static output is rewritten by every replay."""
         return entry.logits[:rows].to(torch.float32, copy=True)
-
-    # --- entries -------------------------------------------------------------------------
-
-    def _build(self, key: GraphKey) -> GraphEntry:
-        """A new entry, fully captured; on any error nothing of it survives."""
-        start = time.perf_counter()
-        entry = self._new_entry(key)
-        try:
-            self.warm_up(entry)
-            self.capture(entry)
-        except BaseException:
-            self._discard(entry)
-            raise
-        self.stats.captures += 1
-        seconds = time.perf_counter() - start
-        self.stats.capture_seconds[key] = self.stats.capture_seconds.get(key, 0.0) + seconds
-        return entry
 
     def _new_entry(self, key: GraphKey) -> GraphEntry:
         # Zeros are valid inputs (token id 0, gather 0, no padding) for the warm-ups.
@@ -313,25 +175,6 @@ class GraphCache:
             ),
             gather=zeros(key.batch, dtype=torch.long),
         )
-
-    def _discard(self, entry: GraphEntry) -> None:
-        """Undo a failed build: end a capture left open, then free the entry."""
-        with torch.cuda.stream(self._side_stream):
-            if torch.cuda.is_current_stream_capturing():
-                # The error that brought us here is the one to report.
-                with contextlib.suppress(RuntimeError):
-                    entry.graph.capture_end()
-        self._release([entry])
-
-    def _release(self, entries: list[GraphEntry]) -> None:
-        """Wait for replays in flight, destroy the graphs and drop their buffers, then hand the
-        freed blocks back to the driver so the memory really goes back."""
-        if not entries:
-            return
-        torch.cuda.synchronize(self.device)
-        for entry in entries:
-            entry.release()
-        torch.cuda.empty_cache()
 
 
 def check_graph_step(

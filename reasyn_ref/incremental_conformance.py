@@ -28,9 +28,10 @@ from .config import DecoderConfig
 from .conformance import (
     MODEL_SEED,
     SAMPLE_MAX_LEN,
-    SAMPLE_MEMORY_LEN,
-    SAMPLE_PREFIX_LENGTHS,
     TARGET_SEED,
+    SeededTarget,
+    sample_prefixes,
+    sample_target,
 )
 from .incremental import EagerSteps, IncrementalDecoder, StepKey
 from .incremental_graphs import StepGraphCache
@@ -63,10 +64,13 @@ def make_target(device: torch.device) -> CudaGraphTarget:
     return KVTarget(device).as_target()
 
 
-class KVTarget:
+class KVTarget(SeededTarget):
     """The decoder, its eager steps, its step graphs, and the episodes the checks run on them.
     ``cache_class`` and ``graph_kv_class`` (the decoder the graphs capture) let the project's
     tests swap in deliberately broken graphs; the eager side always runs the plain decoder."""
+
+    num_keys = NUM_KEYS
+    largest_case = LARGEST_CASE
 
     def __init__(
         self,
@@ -74,44 +78,22 @@ class KVTarget:
         cache_class: type[StepGraphCache] = StepGraphCache,
         graph_kv_class: type[IncrementalDecoder] = IncrementalDecoder,
     ) -> None:
-        self.device = device
+        super().__init__(device)
         on_cuda = device.type == "cuda"
-        self.config = DecoderConfig() if on_cuda else DecoderConfig.tiny()
-        self.decoder = seeded_decoder(self.config, MODEL_SEED).to(device)
         weights = with_bf16_matmul_weights(self.decoder) if on_cuda else self.decoder
         self.kv = IncrementalDecoder(weights)
         self.eager_steps = EagerSteps(self.kv, bf16=True)
         self.cache = cache_class(graph_kv_class(weights)) if on_cuda else None
-        self._largest_inputs: Inputs | None = None
 
     def as_target(self) -> CudaGraphTarget:
-        common = dict(
-            device=self.device,
-            eager=self.eager,
-            graphed=self.graphed,
-            make_inputs=self.make_inputs,
-            key_of=self.key_of,
-            num_keys=NUM_KEYS,
-            sampler=self.sample,
-            unsupported_modes=self.unsupported_modes(),
-        )
+        common = self.common_fields()
         if self.cache is None:
             return CudaGraphTarget(**common)
-        cache = self.cache
         return CudaGraphTarget(
             **common,
-            reset=cache.clear,
-            reset_state=cache.clear_state,
-            lock=cache.lock,
-            cached_keys=lambda: list(cache.keys()),
-            fault_points={
-                "warm_up": (cache, "warm_up"),
-                "capture": (cache, "capture"),
-                "replay": (cache, "replay"),
-            },
-            capacity=cache.capacity,
-            largest_case=LARGEST_CASE,
-            capture_clean_forward=self.capture_clean_forward,
+            reset=self.cache.clear,
+            reset_state=self.cache.clear_state,
+            **self.graph_capabilities(self.cache, ("warm_up", "capture", "replay")),
         )
 
     def eager(self, inputs: Inputs) -> dict[str, Tensor]:
@@ -175,13 +157,6 @@ class KVTarget:
         batch, prefix_len = inputs["tokens"].shape
         needed = prefix_len + len(inputs["step_tokens"])
         return StepKey(batch, bucket_seq(needed, self.config.max_len), inputs["memory"].shape[1])
-
-    def capture_clean_forward(self) -> dict[str, Tensor]:
-        """One eager episode at the largest key; its inputs are drawn on the first call."""
-        if self._largest_inputs is None:
-            generator = torch.Generator(self.device).manual_seed(TARGET_SEED)
-            self._largest_inputs = self.make_inputs(generator, LARGEST_CASE)
-        return self.eager(self._largest_inputs)
 
     def sample(self, seed: int, graphs: bool) -> list[list[int]]:
         """IncrementalSampler's tokens for fixed prefixes and memory under ``seed``, graphs on or
@@ -257,25 +232,3 @@ def enter_claim(steps: EagerSteps | StepGraphCache, key: StepKey) -> None:
 def step_rows(steps: EagerSteps | StepGraphCache, key: StepKey, rows: int) -> None:
     with steps.claim(key) as slot:
         slot.step(rows)
-
-
-def sample_target(config: DecoderConfig) -> tuple[Tensor, Tensor]:
-    """The sampled target's memory [1, M, d] and padding mask [1, M] on the CPU, the last 8
-    padded."""
-    generator = torch.Generator().manual_seed(TARGET_SEED)
-    memory = torch.randn(1, SAMPLE_MEMORY_LEN, config.d_model, generator=generator)
-    padding = torch.zeros(1, SAMPLE_MEMORY_LEN, dtype=torch.bool)
-    padding[:, -8:] = True
-    return memory, padding
-
-
-def sample_prefixes(config: DecoderConfig) -> list[list[int]]:
-    """Prefixes of SAMPLE_PREFIX_LENGTHS tokens: the start token, then random ones."""
-    generator = torch.Generator().manual_seed(TARGET_SEED)
-    return [
-        [
-            config.start_token,
-            *torch.randint(3, config.vocab_size, (n - 1,), generator=generator).tolist(),
-        ]
-        for n in SAMPLE_PREFIX_LENGTHS
-    ]

@@ -12,22 +12,21 @@ shapes, so the two are bit-identical. Capture runs the step on the buffers (warm
 so it happens in ``claim`` before any target goes in. A claim holds the cache's lock for the
 whole target: the buffers are one target's state until the claim ends.
 
-As in ``graph_cache``: one private memory pool per graph, warm-ups and capture on a side stream
-of the decoder's device, replay on its current stream, logits copied out as fp32 of their own.
+As in ``graph_cache`` (both are ``capture.CaptureCache``): one private memory pool per graph,
+warm-ups and capture on a side stream of the decoder's device, replay on its current stream,
+logits copied out as fp32 of their own.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .graph_cache import CAPTURE_ERROR_MODE, LRU, check_count
+from .capture import CaptureCache, check_capture_settings
 from .incremental import (
     IncrementalDecoder,
     StepBuffers,
@@ -37,18 +36,6 @@ from .incremental import (
     check_step_key,
 )
 from .model import step_context
-
-
-@dataclass
-class StepGraphStats:
-    """Counters of one StepGraphCache; ``capture_seconds`` sums each key's builds (buffers,
-    warm-ups, capture)."""
-
-    hits: int = 0
-    captures: int = 0
-    evictions: int = 0
-    replays: int = 0
-    capture_seconds: dict[StepKey, float] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -75,12 +62,16 @@ class StepGraph:
         self.graph = self.pool = self.buffers = self.logits = None
 
 
-class StepGraphCache:
+class StepGraphCache(CaptureCache[StepKey, StepGraph]):
     """Graphs of ``kv``'s bf16 incremental step, one per ``StepKey``, at most ``capacity``.
 
     ``with cache.claim(key) as slot:`` gives the key's buffers (captured on first use) and
     ``slot.step(rows)``, the replay. ``kv`` should hold the weights the graphs are to run
     (``IncrementalDecoder(with_bf16_matmul_weights(decoder))`` saves a cast per weight).
+
+    Stages, public as ``GraphCache``'s (fault injection wraps them by name): on a key's first
+    claim ``warm_up(entry)`` and ``capture(entry)``, both running ``static_step(entry)``; each
+    ``slot.step`` runs ``replay(entry)``.
     """
 
     def __init__(
@@ -92,31 +83,15 @@ class StepGraphCache:
     ) -> None:
         if not isinstance(kv, IncrementalDecoder):
             raise TypeError(f"kv must be an IncrementalDecoder, got {type(kv).__name__}")
-        check_count("capacity", capacity)
-        check_count("warmups", warmups)
-        if not torch.cuda.is_available():
-            raise RuntimeError("StepGraphCache needs CUDA: torch.cuda.is_available() is False")
+        check_capture_settings("StepGraphCache", capacity, warmups)
         if kv.device.type != "cuda":
             raise ValueError(
                 f"StepGraphCache needs the decoder on a CUDA device, it is on {kv.device}"
             )
+        super().__init__(kv.device, capacity=capacity, warmups=warmups)
         self.kv = kv
-        self.device = kv.device
-        self.warmups = warmups
-        self.lock = threading.Lock()
-        self.stats = StepGraphStats()
-        self._lru: LRU[StepKey, StepGraph] = LRU(capacity)
         with torch.cuda.device(self.device):
-            self._side_stream = torch.cuda.Stream(device=self.device)
             self.dtype = self._step_dtype()
-
-    @property
-    def capacity(self) -> int:
-        return self._lru.capacity
-
-    def keys(self) -> list[StepKey]:
-        """The cached keys, least recently used first (a snapshot, taken without the lock)."""
-        return self._lru.keys()
 
     @contextlib.contextmanager
     def claim(self, key: StepKey) -> Iterator[StepSlot]:
@@ -124,15 +99,7 @@ class StepGraphCache:
         check_step_key(self.kv.config, key)
         key = StepKey(*key)
         with self.lock, torch.cuda.device(self.device):
-            entry = self._lru.get(key)
-            if entry is None:
-                entry = self._build(key)
-                evicted = self._lru.put(key, entry)
-                self.stats.evictions += len(evicted)
-                self._release([old for _, old in evicted])
-            else:
-                self.stats.hits += 1
-            yield entry
+            yield self._get_or_build(key)
 
     def clear_state(self) -> None:
         """Zero every cached graph's buffers in place (KV cache, tokens, positions, the target),
@@ -145,62 +112,16 @@ class StepGraphCache:
                 for tensor in (buffers.inputs, buffers.cache, buffers.cross, buffers.cross_mask):
                     tensor.zero_()
 
-    def clear(self) -> None:
-        """Drop every graph and its buffers, and give their memory back."""
-        with self.lock, torch.cuda.device(self.device):
-            self._release([entry for _, entry in self._lru.pop_all()])
-
     def _step_dtype(self) -> torch.dtype:
         with step_context(self.device, bf16=True):
             return self.kv.compute_dtype()
 
-    def _build(self, key: StepKey) -> StepGraph:
-        """A captured entry for ``key``; on any error nothing of it survives."""
-        start = time.perf_counter()
-        entry = StepGraph(
-            cache=self,
-            graph=torch.cuda.CUDAGraph(),
-            pool=torch.cuda.graph_pool_handle(),
-            buffers=self.kv.new_buffers(key, self.dtype),  # checks the key
-        )
-        try:
-            self.warm_up(entry)
-            self.capture(entry)
-        except BaseException:
-            self._discard(entry)
-            raise
-        self.stats.captures += 1
-        seconds = time.perf_counter() - start
-        self.stats.capture_seconds[key] = self.stats.capture_seconds.get(key, 0.0) + seconds
-        return entry
+    # --- stages (warm_up and capture are CaptureCache's) -------------------------------------
 
-    def _forward(self, entry: StepGraph) -> Tensor:
+    def static_step(self, entry: StepGraph) -> Tensor:
+        """The bf16 step on the entry's buffers: what warm-ups run and the capture records."""
         with step_context(self.device, bf16=True):
             return self.kv.step(entry.buffers)
-
-    def warm_up(self, entry: StepGraph) -> None:
-        """Lazy initialisation (handles, workspaces, kernel loading) before, not in, the capture."""
-        caller_stream = torch.cuda.current_stream()
-        self._side_stream.wait_stream(caller_stream)
-        with torch.cuda.stream(self._side_stream):
-            for _ in range(self.warmups):
-                self._forward(entry)
-        caller_stream.wait_stream(self._side_stream)
-
-    def capture(self, entry: StepGraph) -> None:
-        """Record the step on the entry's buffers into its graph, in its private pool."""
-        caller_stream = torch.cuda.current_stream()
-        try:
-            with torch.cuda.graph(
-                entry.graph,
-                pool=entry.pool,
-                stream=self._side_stream,
-                capture_error_mode=CAPTURE_ERROR_MODE,
-            ):
-                entry.logits = self._forward(entry)
-        finally:
-            # torch.cuda.graph skips restoring the caller's stream when ending the capture fails.
-            torch.cuda.set_stream(caller_stream)
 
     def replay(self, entry: StepGraph) -> None:
         """Run ``entry``'s graph once on its buffers as they are, on the current stream."""
@@ -208,19 +129,10 @@ class StepGraphCache:
             entry.graph.replay()
         self.stats.replays += 1
 
-    def _discard(self, entry: StepGraph) -> None:
-        """Undo a failed build: end a capture left open, then free the entry."""
-        with torch.cuda.stream(self._side_stream):
-            if torch.cuda.is_current_stream_capturing():
-                with contextlib.suppress(RuntimeError):  # the error that brought us here wins
-                    entry.graph.capture_end()
-        self._release([entry])
-
-    def _release(self, entries: list[StepGraph]) -> None:
-        """Wait for replays in flight, destroy the graphs, free their memory for real."""
-        if not entries:
-            return
-        torch.cuda.synchronize(self.device)
-        for entry in entries:
-            entry.release()
-        torch.cuda.empty_cache()
+    def _new_entry(self, key: StepKey) -> StepGraph:
+        return StepGraph(
+            cache=self,
+            graph=torch.cuda.CUDAGraph(),
+            pool=torch.cuda.graph_pool_handle(),
+            buffers=self.kv.new_buffers(key, self.dtype),  # checks the key
+        )

@@ -20,33 +20,21 @@ expected to match; their logits agree within floating-point tolerance (docs/incr
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-
 import torch
-from torch import Tensor
 
 from .bucketing import bucket_seq
-from .env import resolve_toggle
 from .incremental import EagerSteps, IncrementalDecoder, StepBuffers, StepKey
 from .model import Decoder, step_context, with_bf16_matmul_weights
-from .sampler import (
-    check_graph_settings,
-    check_max_len,
-    check_target,
-    pad_memory,
-    pad_rows,
-    token_rows,
-)
+from .sampler import SampleCall, TargetSampler, check_graph_settings, pad_memory, pad_rows
 
 
-class IncrementalSampler:
+class IncrementalSampler(TargetSampler):
     """Samples continuations of token prefixes with a ``Decoder``'s weights and a KV cache.
 
     Flags left as None come from ``REASYN_BF16`` and ``REASYN_CUDAGRAPH``; explicit arguments
     win. Always batched and bucketed (the cache is per batch bucket). The decoder's weights are
     read when the sampler is built (with bf16 on CUDA, copied): build a new sampler after
-    changing them.
+    changing them. ``temperature``: see ``TargetSampler``.
     """
 
     def __init__(
@@ -58,21 +46,7 @@ class IncrementalSampler:
         cudagraph: bool | None = None,
         graph_capacity: int = 3,
     ) -> None:
-        if not isinstance(decoder, Decoder):
-            raise TypeError(f"decoder must be a reasyn_ref Decoder, got {type(decoder).__name__}")
-        if (
-            isinstance(temperature, bool)
-            or not isinstance(temperature, (int, float))
-            or not math.isfinite(temperature)
-            or temperature <= 0
-        ):
-            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-        self.decoder = decoder
-        self.config = decoder.config
-        self.temperature = float(temperature)
-        self.device = next(decoder.parameters()).device
-        self.bf16 = resolve_toggle("REASYN_BF16", bf16)
-        self.cudagraph = resolve_toggle("REASYN_CUDAGRAPH", cudagraph)
+        super().__init__(decoder, temperature=temperature, bf16=bf16, cudagraph=cudagraph)
         if self.cudagraph:
             check_graph_settings(batched=True, bucket=True, bf16=self.bf16, device=self.device)
         on_gpu_in_bf16 = self.bf16 and self.device.type == "cuda"
@@ -86,31 +60,12 @@ class IncrementalSampler:
         else:
             self.steps = EagerSteps(self.kv, bf16=self.bf16)
 
-    def sample(
-        self,
-        memory: Tensor,
-        memory_padding_mask: Tensor,
-        prefixes: Sequence[Sequence[int]],
-        generator: torch.Generator,
-        max_len: int | None = None,
-    ) -> list[list[int]]:
-        """Each row's full sequence, as ``ARSampler.sample``: its prefix plus the sampled tokens,
-        ending with ``end_token`` when one was sampled, or at ``max_len`` (default
-        ``config.max_len``). memory [1, M, d_model] and its padding mask [1, M] are one
-        target's, shared by every row."""
-        max_len = check_max_len(self.config, max_len)
-        check_target(
-            self.config,
-            self.device,
-            self.decoder.embed.weight.dtype,
-            memory,
-            memory_padding_mask,
-            generator,
-        )
-        memory, memory_padding_mask = pad_memory(memory, memory_padding_mask)
-        sequences = token_rows(prefixes, self.config, max_len)
+    def _decode(self, call: SampleCall) -> list[list[int]]:
+        """Prefill the prefixes once, then one step per token, every row in its slot."""
+        sequences, generator, max_len = call.sequences, call.generator, call.max_len
         if all(self._finished(seq, max_len) for seq in sequences):
             return sequences
+        memory, memory_padding_mask = pad_memory(call.memory, call.memory_padding_mask)
         rows = len(sequences)
         tokens, gather = pad_rows(
             sequences, self.config, bucket=True, pin_memory=self.device.type == "cuda"
@@ -132,13 +87,6 @@ class IncrementalSampler:
                 self._stage_step(slot.buffers, sequences)
                 logits = slot.step(rows)
 
-    def _stage(self, tokens: Tensor, gather: Tensor) -> tuple[Tensor, Tensor]:
-        """The prefill's host-to-device copies."""
-        return (
-            tokens.to(self.device, non_blocking=True),
-            gather.to(self.device, non_blocking=True),
-        )
-
     def _stage_step(self, buffers: StepBuffers, sequences: list[list[int]]) -> None:
         """A step's one host-to-device copy: each row's last token and its position; dummy rows
         the start token at 0."""
@@ -149,11 +97,3 @@ class IncrementalSampler:
             [tokens, positions], dtype=torch.long, pin_memory=self.device.type == "cuda"
         )
         buffers.inputs.copy_(host, non_blocking=True)
-
-    def _draw(self, logits: Tensor, generator: torch.Generator) -> list[int]:
-        """One token per real row; the step's one device-to-host copy."""
-        probs = torch.softmax(logits / self.temperature, dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).cpu().view(-1).tolist()
-
-    def _finished(self, sequence: list[int], max_len: int) -> bool:
-        return sequence[-1] == self.config.end_token or len(sequence) >= max_len

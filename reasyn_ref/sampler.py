@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -40,12 +41,23 @@ if TYPE_CHECKING:
 MIN_TEMPERATURE = torch.finfo(torch.float32).tiny
 
 
-class ARSampler:
-    """Samples continuations of token prefixes with a ``Decoder``, one target at a time.
+@dataclass
+class SampleCall:
+    """A ``sample`` call's arguments, checked: one target's memory and padding mask, the rows
+    to grow (fresh lists of token ids), the caller's generator and the resolved ``max_len``."""
 
-    Flags left as None come from the environment (``REASYN_BATCHED_AR``, ``REASYN_BF16``,
-    ``REASYN_BUCKET``, ``REASYN_CUDAGRAPH``); explicit arguments win. The resolved flags are
-    the attributes ``batched``, ``bf16``, ``bucket`` and ``cudagraph``.
+    memory: Tensor
+    memory_padding_mask: Tensor
+    sequences: list[list[int]]
+    generator: torch.Generator
+    max_len: int
+
+
+class TargetSampler:
+    """What both samplers share: the decoder (its weights, config and device), the temperature,
+    the ``bf16`` and ``cudagraph`` flags (None: from ``REASYN_BF16``, ``REASYN_CUDAGRAPH``), the
+    checked ``sample`` call (each sampler decodes in ``_decode``), its host-to-device staging and
+    its draw.
 
     ``temperature`` is a finite number >= ``MIN_TEMPERATURE`` (about 1.2e-38); a tiny one
     samples the most likely token (ties at random), never NaN: the largest logit is subtracted
@@ -56,12 +68,9 @@ class ARSampler:
         self,
         decoder: Decoder,
         *,
-        temperature: float = 0.1,
-        batched: bool | None = None,
-        bf16: bool | None = None,
-        bucket: bool | None = None,
-        cudagraph: bool | None = None,
-        graph_capacity: int = 3,
+        temperature: float,
+        bf16: bool | None,
+        cudagraph: bool | None,
     ) -> None:
         if not isinstance(decoder, Decoder):
             raise TypeError(f"decoder must be a reasyn_ref Decoder, got {type(decoder).__name__}")
@@ -78,18 +87,8 @@ class ARSampler:
         self.config: DecoderConfig = decoder.config
         self.temperature = float(temperature)
         self.device = next(decoder.parameters()).device
-        self.batched = resolve_toggle("REASYN_BATCHED_AR", batched)
         self.bf16 = resolve_toggle("REASYN_BF16", bf16)
-        self.bucket = resolve_toggle("REASYN_BUCKET", bucket)
         self.cudagraph = resolve_toggle("REASYN_CUDAGRAPH", cudagraph)
-        self.graph_cache: GraphCache | None = None
-        if self.cudagraph:
-            check_graph_settings(
-                batched=self.batched, bucket=self.bucket, bf16=self.bf16, device=self.device
-            )
-            from .graph_cache import GraphCache  # only graph runs need it
-
-            self.graph_cache = GraphCache(decoder, self.device, capacity=graph_capacity)
 
     def sample(
         self,
@@ -105,7 +104,7 @@ class ARSampler:
         memory [1, M, d_model] (the decoder's dtype, finite) and its padding mask [1, M]
         (True = padding; at least one position unmasked) are one target's, shared by every
         row. A prefix that already ends with ``end_token`` or has ``max_len`` tokens is
-        returned as it is.
+        returned as it is. Every argument is checked before any work.
         """
         max_len = check_max_len(self.config, max_len)
         check_target(
@@ -116,9 +115,68 @@ class ARSampler:
             memory_padding_mask,
             generator,
         )
+        sequences = token_rows(prefixes, self.config, max_len)
+        return self._decode(SampleCall(memory, memory_padding_mask, sequences, generator, max_len))
+
+    def _decode(self, call: SampleCall) -> list[list[int]]:
+        """``sample`` on checked arguments: grows ``call.sequences`` and returns them."""
+        raise NotImplementedError
+
+    def _stage(self, tokens: Tensor, gather: Tensor) -> tuple[Tensor, Tensor]:
+        """The host-to-device copies of a step's layout: one for tokens, one for gather."""
+        return (
+            tokens.to(self.device, non_blocking=True),
+            gather.to(self.device, non_blocking=True),
+        )
+
+    def _draw(self, logits: Tensor, generator: torch.Generator) -> list[int]:
+        """One token per row of ``logits``; the step's one device-to-host copy."""
+        # The largest logit subtracted first: no quotient overflows, however small the temperature.
+        scaled = (logits - logits.amax(dim=-1, keepdim=True)) / self.temperature
+        probs = torch.softmax(scaled, dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).cpu().view(-1).tolist()
+
+    def _finished(self, sequence: list[int], max_len: int) -> bool:
+        return sequence[-1] == self.config.end_token or len(sequence) >= max_len
+
+
+class ARSampler(TargetSampler):
+    """Samples continuations of token prefixes with a ``Decoder``, one target at a time.
+
+    Flags left as None come from the environment (``REASYN_BATCHED_AR``, ``REASYN_BF16``,
+    ``REASYN_BUCKET``, ``REASYN_CUDAGRAPH``); explicit arguments win. The resolved flags are
+    the attributes ``batched``, ``bf16``, ``bucket`` and ``cudagraph``. ``temperature``: see
+    ``TargetSampler``.
+    """
+
+    def __init__(
+        self,
+        decoder: Decoder,
+        *,
+        temperature: float = 0.1,
+        batched: bool | None = None,
+        bf16: bool | None = None,
+        bucket: bool | None = None,
+        cudagraph: bool | None = None,
+        graph_capacity: int = 3,
+    ) -> None:
+        super().__init__(decoder, temperature=temperature, bf16=bf16, cudagraph=cudagraph)
+        self.batched = resolve_toggle("REASYN_BATCHED_AR", batched)
+        self.bucket = resolve_toggle("REASYN_BUCKET", bucket)
+        self.graph_cache: GraphCache | None = None
+        if self.cudagraph:
+            check_graph_settings(
+                batched=self.batched, bucket=self.bucket, bf16=self.bf16, device=self.device
+            )
+            from .graph_cache import GraphCache  # only graph runs need it
+
+            self.graph_cache = GraphCache(decoder, self.device, capacity=graph_capacity)
+
+    def _decode(self, call: SampleCall) -> list[list[int]]:
+        memory, memory_padding_mask = call.memory, call.memory_padding_mask
         if self.bucket:
             memory, memory_padding_mask = pad_memory(memory, memory_padding_mask)
-        sequences = token_rows(prefixes, self.config, max_len)
+        sequences, generator, max_len = call.sequences, call.generator, call.max_len
         active = [i for i, seq in enumerate(sequences) if not self._finished(seq, max_len)]
         while active:
             rows = [sequences[i] for i in active]
@@ -161,24 +219,7 @@ class ARSampler:
         tokens, gather = self._stage(tokens, gather)
         step_memory, step_mask = expand_memory(memory, memory_padding_mask, tokens.shape[0])
         logits = self.step_logits(ARStep(tokens, step_memory, step_mask, gather, len(rows)))
-        # The largest logit subtracted first: no quotient overflows, however small the temperature.
-        scaled = (logits - logits.amax(dim=-1, keepdim=True)) / self.temperature
-        probs = torch.softmax(scaled, dim=-1)
-        return self._fetch(torch.multinomial(probs, 1, generator=generator))
-
-    def _stage(self, tokens: Tensor, gather: Tensor) -> tuple[Tensor, Tensor]:
-        """The step's host-to-device copies: one for tokens, one for gather."""
-        return (
-            tokens.to(self.device, non_blocking=True),
-            gather.to(self.device, non_blocking=True),
-        )
-
-    def _fetch(self, drawn: Tensor) -> list[int]:
-        """The step's one device-to-host copy: the sampled tokens."""
-        return drawn.cpu().view(-1).tolist()
-
-    def _finished(self, sequence: list[int], max_len: int) -> bool:
-        return sequence[-1] == self.config.end_token or len(sequence) >= max_len
+        return self._draw(logits, generator)
 
 
 def check_max_len(config: DecoderConfig, max_len: int | None) -> int:

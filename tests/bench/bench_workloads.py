@@ -1,6 +1,6 @@
 """What the benchmarks run on: the shapes, the workload (reasyn_ref.workloads: the default-config
-decoder and its inputs in the sampler's bucketed layout), and the in-run store the ratios are
-computed from."""
+decoder and its inputs in the sampler's bucketed layout), the samplers' timed run, and the in-run
+store the ratios are computed from."""
 
 from __future__ import annotations
 
@@ -9,12 +9,17 @@ from typing import Any
 import pytest
 import torch
 
+from reasyn_ref import ARSampler, Decoder, IncrementalSampler
 from reasyn_ref.workloads import MEMORY_LEN, forward_inputs, make_decoder, make_memory, warm_up
 
 __all__ = [
     "FORWARD_KEYS",
     "MEMORY_LEN",
+    "SAMPLE_BATCHES",
+    "SAMPLE_MAX_LEN",
     "BenchResults",
+    "benchmark_sampling",
+    "endless_decoder",
     "forward_inputs",
     "key_id",
     "make_decoder",
@@ -26,6 +31,13 @@ __all__ = [
 # (bucketed batch, bucketed sequence) of the AR forward; memory length MEMORY_LEN throughout.
 FORWARD_KEYS = [(1, 64), (8, 64), (16, 128), (64, 128), (256, 512)]
 
+# The samplers' workload: SAMPLE_BATCHES rows from the start token to SAMPLE_MAX_LEN tokens (it
+# crosses one sequence bucket: keys (Bb, 64) and (Bb, 128)), timed over SAMPLE_ROUNDS rounds.
+SAMPLE_BATCHES = [1, 8, 64]
+SAMPLE_MAX_LEN = 128
+SAMPLE_ROUNDS = 3
+SAMPLE_SEED = 0
+
 needs_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(),
     reason="needs CUDA: GPU benchmark (torch.cuda.is_available() is False)",
@@ -34,6 +46,40 @@ needs_cuda = pytest.mark.skipif(
 
 def key_id(key: tuple[int, int]) -> str:
     return f"{key[0]}x{key[1]}"
+
+
+def endless_decoder(device: torch.device) -> Decoder:
+    """The benchmark decoder with its head rigged never to choose END (bias -1e4 there), so every
+    row runs to SAMPLE_MAX_LEN: tokens per second then measures the step loop, not
+    the luck of when END is drawn."""
+    decoder = make_decoder(device)
+    with torch.no_grad():
+        decoder.head[-1].bias[decoder.config.end_token] = -1e4
+    return decoder
+
+
+def benchmark_sampling(
+    benchmark: Any, sampler: ARSampler | IncrementalSampler, batch: int, **info: Any
+) -> list[list[int]]:
+    """Time ``sampler.sample`` for ``batch`` rows from the start token to SAMPLE_MAX_LEN, seeded
+    with SAMPLE_SEED (a warm-up round first: it captures the graphs when they are on); returns
+    the sampled rows. Stores ``info``, the batch and the tokens sampled in
+    ``benchmark.extra_info``."""
+    config = sampler.config
+    memory, mask = make_memory(config, sampler.device, SAMPLE_SEED)
+    prefixes = [[config.start_token]] * batch
+
+    def arguments():
+        generator = torch.Generator(sampler.device).manual_seed(SAMPLE_SEED)
+        return (memory, mask, prefixes, generator), {"max_len": SAMPLE_MAX_LEN}
+
+    rows = benchmark.pedantic(
+        sampler.sample, setup=arguments, rounds=SAMPLE_ROUNDS, warmup_rounds=1
+    )
+    tokens = sum(len(row) - 1 for row in rows)
+    assert tokens == batch * (SAMPLE_MAX_LEN - 1), "a row stopped early: the END rig did not hold"
+    benchmark.extra_info.update(info, batch=batch, tokens=tokens)
+    return rows
 
 
 class BenchResults:

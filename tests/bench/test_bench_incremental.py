@@ -3,8 +3,8 @@ full-recompute sampler with graphs on, at batch 1, 8 and 64 to length 128.
 
 The full-recompute baseline is measured here too (as ``test_bench_sampler.py`` measures it),
 so that every ratio is taken within the run, whatever ``-k`` selects. As there, the decoder's
-head is rigged never to choose END, so every row runs to ``MAX_LEN`` and all three do the same
-number of tokens; with the same seed, incremental graphs on must sample the very tokens
+head is rigged never to choose END, so every row runs to ``SAMPLE_MAX_LEN`` and all three do the
+same number of tokens; with the same seed, incremental graphs on must sample the very tokens
 incremental graphs off did. Issue 16's goal, for the report: incremental with graphs at batch 64
 at least 4x the full-recompute graphed sampler (``speedup_vs_full_graph``).
 """
@@ -13,45 +13,24 @@ from __future__ import annotations
 
 import pytest
 import torch
-from bench_workloads import make_decoder, make_memory, needs_cuda
+from bench_workloads import SAMPLE_BATCHES, benchmark_sampling, endless_decoder, needs_cuda
 
 from reasyn_ref import ARSampler, Decoder, IncrementalSampler
 from reasyn_ref.incremental_graphs import StepGraphCache
 
 pytestmark = needs_cuda
 
-BATCHES = [1, 8, 64]
-MAX_LEN = 128
-ROUNDS = 3
-SEED = 0
-
 
 @pytest.fixture(scope="module")
-def endless_decoder(cuda_device: torch.device) -> Decoder:
-    decoder = make_decoder(cuda_device)
-    with torch.no_grad():
-        decoder.head[-1].bias[decoder.config.end_token] = -1e4
-    return decoder
+def rigged_decoder(cuda_device: torch.device) -> Decoder:
+    return endless_decoder(cuda_device)
 
 
 def benchmark_sampler(
     benchmark, sampler: ARSampler | IncrementalSampler, batch: int, variant: str
 ) -> list[list[int]]:
-    """Time ``sampler.sample`` for ``batch`` rows from the start token to MAX_LEN (a warm-up
-    round first: it captures the graphs when they are on); returns the sampled rows."""
-    config = sampler.config
-    memory, mask = make_memory(config, sampler.device, SEED)
-    prefixes = [[config.start_token]] * batch
-
-    def arguments():
-        generator = torch.Generator(sampler.device).manual_seed(SEED)
-        return (memory, mask, prefixes, generator), {"max_len": MAX_LEN}
-
-    rows = benchmark.pedantic(sampler.sample, setup=arguments, rounds=ROUNDS, warmup_rounds=1)
-    tokens = sum(len(row) - 1 for row in rows)
-    assert tokens == batch * (MAX_LEN - 1), "a row stopped early: the END rig did not hold"
-    benchmark.extra_info.update(bench="incremental", variant=variant, batch=batch, tokens=tokens)
-    return rows
+    """The timed run of ``sampler`` at ``batch`` rows; returns the sampled rows."""
+    return benchmark_sampling(benchmark, sampler, batch, bench="incremental", variant=variant)
 
 
 def record(benchmark, bench_results, variant: str, batch: int, **figures) -> None:
@@ -63,24 +42,24 @@ def record(benchmark, bench_results, variant: str, batch: int, **figures) -> Non
     bench_results.ratio(info, "speedup_vs_full_graph", full, median)
 
 
-@pytest.mark.parametrize("batch", BATCHES)
-def test_full_recompute_graphs_on(batch, endless_decoder, cuda_benchmark, bench_results):
-    sampler = ARSampler(endless_decoder, bf16=True, batched=True, bucket=True, cudagraph=True)
+@pytest.mark.parametrize("batch", SAMPLE_BATCHES)
+def test_full_recompute_graphs_on(batch, rigged_decoder, cuda_benchmark, bench_results):
+    sampler = ARSampler(rigged_decoder, bf16=True, batched=True, bucket=True, cudagraph=True)
     benchmark_sampler(cuda_benchmark, sampler, batch, "full_recompute_graph")
     sampler.graph_cache.clear()  # give the graphs' memory back before the next benchmark
     record(cuda_benchmark, bench_results, "full_recompute_graph", batch)
 
 
-@pytest.mark.parametrize("batch", BATCHES)
-def test_incremental_graphs_off(batch, endless_decoder, cuda_benchmark, bench_results):
-    sampler = IncrementalSampler(endless_decoder, bf16=True, cudagraph=False)
+@pytest.mark.parametrize("batch", SAMPLE_BATCHES)
+def test_incremental_graphs_off(batch, rigged_decoder, cuda_benchmark, bench_results):
+    sampler = IncrementalSampler(rigged_decoder, bf16=True, cudagraph=False)
     rows = benchmark_sampler(cuda_benchmark, sampler, batch, "eager")
     record(cuda_benchmark, bench_results, "eager", batch, rows=rows)
 
 
-@pytest.mark.parametrize("batch", BATCHES)
-def test_incremental_graphs_on(batch, endless_decoder, cuda_benchmark, bench_results):
-    sampler = IncrementalSampler(endless_decoder, bf16=True, cudagraph=True)
+@pytest.mark.parametrize("batch", SAMPLE_BATCHES)
+def test_incremental_graphs_on(batch, rigged_decoder, cuda_benchmark, bench_results):
+    sampler = IncrementalSampler(rigged_decoder, bf16=True, cudagraph=True)
     rows = benchmark_sampler(cuda_benchmark, sampler, batch, "graph")
     assert isinstance(sampler.steps, StepGraphCache)
     sampler.steps.clear()

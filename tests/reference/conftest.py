@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import pytest
@@ -74,6 +75,29 @@ def watch_stages(
         return staged
 
     return watch
+
+
+@pytest.fixture
+def no_cuda_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``torch.cuda.device(...)`` as a no-op, so a graph cache's orchestration runs on the CPU."""
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+
+
+@pytest.fixture
+def failing_inside_capture() -> Callable[[Callable[..., Tensor]], Callable[..., Tensor]]:
+    """wrap(forward) -> a forward that runs ``forward``, then raises RuntimeError("injected
+    failure inside the capture") when it ran inside a CUDA-graph capture (warm-ups pass)."""
+
+    def wrap(forward: Callable[..., Tensor]) -> Callable[..., Tensor]:
+        def failing(*args: object) -> Tensor:
+            out = forward(*args)
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("injected failure inside the capture")
+            return out
+
+        return failing
+
+    return wrap
 
 
 @pytest.fixture

@@ -250,19 +250,13 @@ def test_a_failed_build_leaves_nothing_and_the_next_call_works(decoder, device, 
     assert cache.keys() == [KEYS[1]]
 
 
-def test_a_failure_inside_the_capture_ends_it_and_the_next_call_works(decoder, device):
+def test_a_failure_inside_the_capture_ends_it_and_the_next_call_works(
+    decoder, device, failing_inside_capture
+):
     cache = GraphCache(decoder, device)
     step = random_step(decoder.config, KEYS[1], seed=0, device=device)
     stream = torch.cuda.current_stream(device)
-    forward = cache.static_step
-
-    def forward_failing_in_capture(entry):
-        out = forward(entry)
-        if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("injected failure inside the capture")
-        return out
-
-    cache.static_step = forward_failing_in_capture
+    cache.static_step = failing_inside_capture(cache.static_step)
     with pytest.raises(RuntimeError, match="injected failure inside the capture"):
         graphed(cache, step)
     assert cache.keys() == [] and not cache.lock.locked()

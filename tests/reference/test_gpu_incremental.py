@@ -196,19 +196,13 @@ def test_the_lru_keeps_the_latest_keys_and_releases_the_others(kv, device):
     assert graphs.keys() == [] and not graphs.lock.locked()
 
 
-def test_a_failed_capture_leaves_nothing_and_the_next_claim_works(kv, device, monkeypatch):
+def test_a_failed_capture_leaves_nothing_and_the_next_claim_works(
+    kv, device, monkeypatch, failing_inside_capture
+):
     graphs = StepGraphCache(kv)
     key = StepKey(2, 64, 64)
     stream = torch.cuda.current_stream(device)
-    forward = graphs._forward
-
-    def failing_in_capture(entry):
-        out = forward(entry)
-        if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("injected failure inside the capture")
-        return out
-
-    monkeypatch.setattr(graphs, "_forward", failing_in_capture)
+    monkeypatch.setattr(graphs, "static_step", failing_inside_capture(graphs.static_step))
     with pytest.raises(RuntimeError, match="injected failure"), graphs.claim(key):
         pass
     assert graphs.keys() == [] and graphs.stats.captures == 0 and not graphs.lock.locked()

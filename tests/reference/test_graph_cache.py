@@ -3,19 +3,15 @@ constructor guards and the stages' public contract."""
 
 from __future__ import annotations
 
-import contextlib
-import threading
-
 import pytest
 import torch
+from cache_recorders import RecordingCache
 from torch import nn
 
 from reasyn_ref import ARStep, Decoder, DecoderConfig
+from reasyn_ref.capture import LRU
 from reasyn_ref.graph_cache import (
-    LRU,
-    CacheStats,
     GraphCache,
-    GraphEntry,
     GraphKey,
     check_graph_inputs,
     check_graph_step,
@@ -305,52 +301,6 @@ def test_a_decoder_without_parameters_is_refused(cuda_reported_available):
 def test_capacity_and_warmups_must_be_positive_ints(tiny_decoder, name, value, error):
     with pytest.raises(error, match=rf"{name} must be an int >= 1, got {value!r}"):
         GraphCache(tiny_decoder, "cuda:0", **{name: value})
-
-
-class RecordingCache(GraphCache):
-    """The cache's orchestration (lookup, build, LRU, stats, lock) with stages that record
-    their calls instead of touching CUDA; built without the constructor's CUDA checks."""
-
-    def __init__(self, capacity: int, fail_at: str | None = None) -> None:
-        self.config, self.device, self.memory_dtype = CONFIG, CPU, torch.float32
-        self.lock = threading.Lock()
-        self.stats = CacheStats()
-        self._lru = LRU(capacity)
-        self.calls: list[str] = []
-        self.fail_at = fail_at
-
-    def _stage(self, name: str) -> None:
-        self.calls.append(name)
-        if name == self.fail_at:
-            raise RuntimeError(f"injected at {name}")
-
-    def warm_up(self, entry):
-        self._stage("warm_up")
-
-    def capture(self, entry):
-        self._stage("capture")
-
-    def replay(self, entry, step):
-        self._stage("replay")
-
-    def copy_out(self, entry, rows):
-        self._stage("copy_out")
-        return torch.zeros(rows, CONFIG.vocab_size)
-
-    def _new_entry(self, key):
-        return GraphEntry(key, None, None, None, None, None, None)
-
-    def _discard(self, entry):
-        self.calls.append("discard")
-
-    def _release(self, entries):
-        self.calls.extend(f"release {entry.key.batch}" for entry in entries)
-
-
-@pytest.fixture
-def no_cuda_context(monkeypatch):
-    """``torch.cuda.device(...)`` as a no-op, so the cache's orchestration runs on the CPU."""
-    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
 
 
 def cpu_step(batch: int) -> ARStep:

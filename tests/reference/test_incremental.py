@@ -258,8 +258,9 @@ def test_sampler_refuses_graphs_on_the_cpu(tiny_decoder):
     ("kwargs", "error", "match"),
     [
         ({"decoder": "not a decoder"}, TypeError, "decoder must be a reasyn_ref Decoder"),
-        ({"temperature": 0}, ValueError, "temperature must be a finite number > 0"),
+        ({"temperature": 0}, ValueError, "temperature must be a finite number >= 1.18e-38"),
         ({"temperature": float("nan")}, ValueError, "temperature"),
+        ({"temperature": "0.1"}, TypeError, "temperature must be a finite number"),
     ],
 )
 def test_sampler_refuses_bad_construction(tiny_decoder, kwargs, error, match):
