@@ -166,6 +166,10 @@ BROKEN = {
 }
 # Device binding runs only with two GPUs; with them the baked gain fails it too.
 BAKED_ON_TWO_GPUS = "device binding"
+# On the H200 (torch 2.11) the run of this twin printed its whole table, then died of SIGSEGV
+# in a garbage collection at session end: the outputs it kept belong to cudagraph trees whose
+# graphs had re-run. The verdicts are what this test judges; the crash is torch's.
+CRASHES_AT_EXIT = {"broken_adapters:compiled_outputs_kept": -11}
 
 
 @needs_cuda
@@ -192,4 +196,4 @@ def test_a_broken_twin_fails_the_checks_meant_for_its_fault(
     failed = failed_checks(result)
     assert intended in failed, result.stdout.str()
     assert failed == must_fail, result.stdout.str()
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert result.ret in (pytest.ExitCode.TESTS_FAILED, CRASHES_AT_EXIT.get(spec)), result.ret
