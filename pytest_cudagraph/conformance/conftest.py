@@ -6,22 +6,29 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+import torch
 
 from pytest_cudagraph import report as reports
-from pytest_cudagraph.conformance.support import lock_was_held
+from pytest_cudagraph.conformance.support import forget_last_failure, lock_was_held
 from pytest_cudagraph.target import CudaGraphTarget
 
 
 @pytest.fixture
 def target(conformance_target: CudaGraphTarget) -> Iterator[CudaGraphTarget]:
-    """The session's target, reset before the check (when it can be). Its lock must be free
-    before and after: a check that finds it held frees it, so that one broken check does not
-    hang the rest."""
+    """The session's target, reset before and after the check (when it can be). Its lock
+    must be free before and after: a check that finds it held frees it, so that one broken
+    check does not hang the rest. After the check, what a failure keeps alive is let go and
+    the device's work finished: a failed check leaves nothing for a later one to measure."""
     require_lock_free(conformance_target, "before this check")
     if conformance_target.reset is not None:
         conformance_target.reset()
     yield conformance_target
+    forget_last_failure()
+    if conformance_target.device.type == "cuda":
+        torch.cuda.synchronize(conformance_target.device)
     require_lock_free(conformance_target, "after this check")
+    if conformance_target.reset is not None:
+        conformance_target.reset()
 
 
 def require_lock_free(target: CudaGraphTarget, when: str) -> None:
