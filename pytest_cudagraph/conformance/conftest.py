@@ -26,17 +26,23 @@ def target(conformance_target: CudaGraphTarget) -> Iterator[CudaGraphTarget]:
     forget_last_failure()
     if conformance_target.device.type == "cuda":
         torch.cuda.synchronize(conformance_target.device)
-    require_lock_free(conformance_target, "after this check")
+    held = lock_was_held(conformance_target)  # released if it was, so the reset can run
     if conformance_target.reset is not None:
         conformance_target.reset()
+    if held:
+        fail_held_lock("after this check")
 
 
 def require_lock_free(target: CudaGraphTarget, when: str) -> None:
     if lock_was_held(target):
-        pytest.fail(
-            f"the target's lock was held {when}; it was released so the suite can go on",
-            pytrace=False,
-        )
+        fail_held_lock(when)
+
+
+def fail_held_lock(when: str) -> None:
+    pytest.fail(
+        f"the target's lock was held {when}; it was released so the suite can go on",
+        pytrace=False,
+    )
 
 
 @pytest.fixture
