@@ -168,17 +168,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="leave a check out of every run (its function name without test_, e.g. "
         "worker_processes); may be repeated",
     )
-    parser.add_argument("pytest_args", nargs="*", help="more pytest arguments for every run")
-    args = parser.parse_args(argv)
+    parser.epilog = "Arguments after -- go to every pytest run."
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    pytest_args = argv[split + 1 :]
     args.out.mkdir(parents=True, exist_ok=True)
     left_out = " and ".join(f"not test_{name}" for name in args.skip) or None
     full_path = args.out / "full.json"
-    run_suite(args.target, full_path, left_out, args.pytest_args)
+    run_suite(args.target, full_path, left_out, pytest_args)
     full = json.loads(full_path.read_text())
     alone = {}
     for check in conformance_rows(full):
         path = args.out / f"alone-{function_name(check)}.json"
-        run_suite(args.target, path, function_name(check), args.pytest_args)
+        run_suite(args.target, path, function_name(check), pytest_args)
         alone[check] = json.loads(path.read_text())
     comparisons = compare(full, alone)
     report = markdown(args.target, comparisons)
