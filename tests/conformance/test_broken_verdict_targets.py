@@ -10,6 +10,7 @@ failure leaves behind is let go, and each broken target builds and keeps the pro
 from __future__ import annotations
 
 import gc
+import re
 import sys
 import weakref
 from collections.abc import Callable
@@ -88,12 +89,12 @@ def failed(result: pytest.RunResult) -> set[str]:
     [
         (
             "broken_verdict_targets:output_in_input",
-            "*call 0 (key (*)): output shares storage with its inputs['x']*",
+            r"call 0 \(key .*\): output shares storage with its inputs\['x'\]",
         ),
         # A view of the graph's static output: the next call of its key hands out the same memory.
         (
             "broken_targets:static_output",
-            "*call * (key *): output shares storage with call * (key *)'s output*",
+            r"call \d+ \(key .*\): output shares storage with call \d+ \(key .*\)'s output",
         ),
     ],
 )
@@ -102,7 +103,7 @@ def test_output_storage_names_what_an_output_shares(
 ) -> None:
     result = run_suite("--cudagraph-target", spec, "-k", "output_storage or parity")
     assert failed(result) == {"output storage", "parity"}, result.stdout.str()
-    result.stdout.fnmatch_lines([named])
+    assert re.search(named, result.stdout.str()), result.stdout.str()
 
 
 @needs_cuda
