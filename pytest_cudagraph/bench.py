@@ -3,7 +3,9 @@
 CUDA kernels run asynchronously, so a host clock read right after a launch measures the
 launch, not the work; the timer synchronizes the device before reading the clock.
 pytest-benchmark names its storage after the OS and Python only, so runs on other GPUs or
-torch builds would be compared; ``{cudagraph_stack_id}`` in a benchmark path names the stack.
+torch builds would be compared; ``{cudagraph_stack_id}`` in ``--benchmark-storage`` or
+``--benchmark-compare`` names the stack. Not in ``--benchmark-json``: pytest-benchmark before
+5.3 opens that file while parsing arguments, before any plugin could fill the path in.
 Nothing here imports torch or NVML until a benchmark needs it.
 """
 
@@ -21,7 +23,7 @@ import pytest
 if TYPE_CHECKING:
     import torch
 
-# Written in --benchmark-storage, --benchmark-compare or --benchmark-json; replaced by stack_id().
+# Written in --benchmark-storage or --benchmark-compare; replaced by stack_id().
 STACK_PLACEHOLDER = "{cudagraph_stack_id}"
 
 
@@ -82,26 +84,36 @@ def fill_stack_paths(options: dict[str, object], stack: Callable[[], str]) -> di
     ``options`` holds pytest-benchmark's option values by dest (``benchmark_storage``,
     ``benchmark_compare``, ``benchmark_json``, ``benchmark_save``, ``benchmark_autosave``).
     The storage is filled only when the run saves or compares (otherwise it is never opened);
-    ``stack`` is called only when something is filled. A compare path must then name an
-    existing file: ValueError otherwise, saying how to record it.
+    ``stack`` is called only when something is filled. ValueError when a compare path names
+    no existing file (saying how to record it), and when the JSON path holds the placeholder
+    (a path on pytest-benchmark 5.3+, an already opened file before).
     """
-    storage, compare, json_path = (
+    storage, compare, json_target = (
         options.get(name) for name in ("benchmark_storage", "benchmark_compare", "benchmark_json")
     )
+    # pytest-benchmark before 5.3 hands over the opened file; its name is the path given.
+    json_path = (
+        json_target if isinstance(json_target, (str, Path)) else getattr(json_target, "name", None)
+    )
+    if json_path is not None and STACK_PLACEHOLDER in str(json_path):
+        raise ValueError(
+            f"--benchmark-json={json_path}: {STACK_PLACEHOLDER} is filled in only in "
+            "--benchmark-storage and --benchmark-compare (pytest-benchmark before 5.3 opens "
+            "the JSON file while parsing arguments); name the stack's folder yourself"
+        )
     storage_used = bool(options.get("benchmark_save") or options.get("benchmark_autosave"))
     filled: dict[str, object] = {}
     if isinstance(compare, str) and STACK_PLACEHOLDER in compare:
         compare_file = Path(compare.replace(STACK_PLACEHOLDER, stack()))
         if not compare_file.is_file():
             raise ValueError(
-                f"no benchmark file {compare_file} for this stack. Record one on this stack with "
-                f"`pytest --benchmark-only --benchmark-json={compare}` and commit it"
+                f"--benchmark-compare: no benchmark file {compare_file} for this stack. Record "
+                f"one on this stack with `mkdir -p {compare_file.parent} && pytest "
+                f"--benchmark-only --benchmark-json={compare_file}` and commit it"
             )
         filled["benchmark_compare"] = str(compare_file)
     if isinstance(storage, str) and STACK_PLACEHOLDER in storage and (storage_used or compare):
         filled["benchmark_storage"] = storage.replace(STACK_PLACEHOLDER, stack())
-    if json_path is not None and STACK_PLACEHOLDER in str(json_path):
-        filled["benchmark_json"] = Path(str(json_path).replace(STACK_PLACEHOLDER, stack()))
     return filled
 
 
@@ -131,7 +143,7 @@ class BenchmarkHooks:
                 {name: config.getoption(name, None) for name in names}, self.stack_once
             )
         except ValueError as error:
-            raise pytest.UsageError(f"--benchmark-compare: {error}") from None
+            raise pytest.UsageError(str(error)) from None
         if filled and config.pluginmanager.has_plugin("pytest-benchmark"):
             # pytest-benchmark read its paths when its session started: changing them now
             # would be silently ignored.
@@ -141,8 +153,6 @@ class BenchmarkHooks:
             )
         for name, value in filled.items():
             setattr(config.option, name, value)
-        if "benchmark_json" in filled:
-            filled["benchmark_json"].parent.mkdir(parents=True, exist_ok=True)
 
     def pytest_report_header(self) -> list[str]:
         return [] if self.stack is None else [f"cudagraph: benchmarks of stack {self.stack}"]

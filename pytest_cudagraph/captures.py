@@ -5,6 +5,11 @@ torch.compile's cudagraph trees all capture and replay through the methods of
 ``torch.cuda.CUDAGraph`` (torch 2.7 to 2.11), so ``CaptureCounter`` wraps ``capture_begin``,
 ``capture_end`` and ``replay`` on that class while its scope is open. The class is a
 parameter, so the counting is tested on the CPU with a stand-in of the same shape.
+
+A key counts as captured again only through captures that were replayed: a graph that is
+never replayed serves no call, like the empty graph torch.compile's cudagraph-tree manager
+captures once to hold its memory pool. A graph captured anew still has to be replayed to
+produce its outputs, so a cache that re-records a key is caught.
 """
 
 from __future__ import annotations
@@ -109,11 +114,15 @@ class CaptureCounter:
     def captures_per_key(self) -> dict[Hashable | None, int]:
         return dict(Counter(capture.key for capture in self.captures))
 
+    def served_captures_per_key(self) -> dict[Hashable | None, int]:
+        """Like ``captures_per_key``, counting only captures replayed at least once."""
+        return dict(Counter(capture.key for capture in self.captures if capture.replays))
+
     def recaptured_keys(self) -> dict[Hashable, int]:
-        """Labelled keys captured more than once, with their capture counts."""
+        """Labelled keys with more than one replayed capture, with those captures' count."""
         return {
             key: count
-            for key, count in self.captures_per_key().items()
+            for key, count in self.served_captures_per_key().items()
             if key is not None and count > 1
         }
 

@@ -1,6 +1,12 @@
 """Bounded memory: 40 distinct shapes through the cache keep this process's device memory
-(NVML) within a bound derived from the largest graph, and a reset gives it back to within
-512 MiB of the start (the graph_memory_bound marker judges that part)."""
+(NVML) within a bound derived from the largest graph, and a reset gives back what they took.
+
+First-use costs (cuBLAS workspaces for each stream used, lazily loaded kernels, the eager
+model's first call) are paid by a warm-up before the baseline: one graphed call of the largest
+case, a reset, and one eager call. They are reported, not judged, so whatever ran before this
+check does not change its verdict. The graph_memory_bound marker also bounds the whole body,
+warm-up included, to 512 MiB after the reset.
+"""
 
 from __future__ import annotations
 
@@ -28,12 +34,18 @@ def test_bounded_memory(
     skip_without(target, "capacity", "largest_case", "reset")
     if target.num_keys < SHAPES:
         pytest.skip(f"target.num_keys is {target.num_keys}; this check needs {SHAPES} keys")
+    largest_inputs = draw(target, target.largest_case, seed=0)
+    cold = device_memory.sample().process_bytes
+    target.graphed(largest_inputs)
+    target.reset()
+    target.eager(largest_inputs)
     start = device_memory.sample().process_bytes
+    first_use = start - cold
 
     def growth() -> int:
         return device_memory.sample().process_bytes - start
 
-    target.graphed(draw(target, target.largest_case, seed=0))
+    target.graphed(largest_inputs)
     largest = growth()
     target.reset()
     # A cache may build a new graph before it evicts the oldest: capacity + 1 at once.
@@ -47,10 +59,16 @@ def test_bounded_memory(
     record_figure(
         f"{SHAPES} shapes, capacity {target.capacity}: peak +{peak / MiB:.0f} MiB of bound "
         f"{bound / MiB:.0f} MiB (largest graph {largest / MiB:.0f} MiB); "
-        f"after reset {after_reset / MiB:+.0f} MiB"
+        f"after reset {after_reset / MiB:+.0f} MiB; first use {first_use / MiB:+.0f} MiB "
+        "(warm-up, not judged)"
     )
     assert peak <= bound, (
         f"memory grew to +{peak / MiB:.0f} MiB over {SHAPES} shapes, past the bound of "
         f"{bound / MiB:.0f} MiB ((capacity {target.capacity} + 1) x the largest graph's "
         f"{largest / MiB:.0f} MiB + {SLACK_MIB} MiB): the cache does not stay bounded"
+    )
+    assert after_reset <= SLACK_MIB * MiB, (
+        f"after reset() the process still holds +{after_reset / MiB:.0f} MiB more than after "
+        f"the warm-up (allowed: {SLACK_MIB} MiB): the cache keeps memory per graph it built "
+        "(graphs or pools not released, a new stream and its cuBLAS workspace per graph?)"
     )

@@ -25,8 +25,9 @@ class BakedMemoryCache(GraphCache):
 
     def replay(self, entry: GraphEntry, step: ARStep) -> None:
         if getattr(entry, "memory_baked", False):
-            # Copying the buffer onto itself: the old memory stays.
-            step = replace(step, memory=entry.memory.expand_as(step.memory))
+            # Hand the replay the memory the entry already holds (a copy: a buffer may not be
+            # copied onto itself), so the old memory stays.
+            step = replace(step, memory=entry.memory.clone().expand_as(step.memory))
         entry.memory_baked = True
         super().replay(entry, step)
 

@@ -68,6 +68,36 @@ def test_a_cache_that_captures_a_held_key_again_is_seen(graph_class: type, recap
     assert counter.replays == 6
 
 
+class PooledCache(Cache):
+    """Like torch.compile's cudagraph trees: on its first call it captures an empty graph
+    that only holds the memory pool and is never replayed."""
+
+    def __call__(self, key: int) -> str:
+        if not hasattr(self, "pool_graph"):
+            self.pool_graph = self.graph_class()
+            capture(self.pool_graph)
+        return super().__call__(key)
+
+
+@pytest.mark.parametrize("recapture", [False, True])
+def test_a_graph_never_replayed_is_not_a_recapture(graph_class: type, recapture: bool) -> None:
+    cache = PooledCache(graph_class, recapture)
+    with CaptureCounter(graph_class) as counter:
+        for key in [1, 1, 2, 1]:
+            with counter.key(key):
+                cache(key)
+    # The pool's graph is a capture under key 1 (it shows in the time spent capturing) ...
+    assert counter.captures_per_key() == ({1: 4, 2: 1} if recapture else {1: 2, 2: 1})
+    assert counter.captures[0].replays == 0
+    # ... but serves no call, so only a cache that records key 1 again is caught.
+    if recapture:
+        assert counter.served_captures_per_key() == {1: 3, 2: 1}
+        assert counter.recaptured_keys() == {1: 3}
+    else:
+        assert counter.served_captures_per_key() == {1: 1, 2: 1}
+        assert counter.recaptured_keys() == {}
+
+
 def test_capture_time_runs_from_begin_to_end(graph_class: type) -> None:
     with CaptureCounter(graph_class) as counter:
         capture(graph_class(), seconds=0.02)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -107,44 +108,57 @@ def test_storage_is_filled_only_when_the_run_saves_or_compares() -> None:
         assert fill_stack_paths({"benchmark_storage": storage, **used}, lambda: "S") == expected
 
 
-def test_compare_and_json_paths_are_filled(tmp_path: Path) -> None:
+def test_a_compare_path_is_filled(tmp_path: Path) -> None:
     baseline = tmp_path / "S" / "baseline.json"
     baseline.parent.mkdir()
     baseline.write_text("{}")
-    options = {
-        "benchmark_compare": str(tmp_path / STACK_PLACEHOLDER / "baseline.json"),
-        "benchmark_json": tmp_path / "out" / STACK_PLACEHOLDER / "run.json",
-    }
-    assert fill_stack_paths(options, lambda: "S") == {
-        "benchmark_compare": str(baseline),
-        "benchmark_json": tmp_path / "out" / "S" / "run.json",
-    }
+    options = {"benchmark_compare": str(tmp_path / STACK_PLACEHOLDER / "baseline.json")}
+    assert fill_stack_paths(options, lambda: "S") == {"benchmark_compare": str(baseline)}
 
 
 def test_a_missing_compare_file_says_how_to_record_it(tmp_path: Path) -> None:
     compare = str(tmp_path / STACK_PLACEHOLDER / "baseline.json")
     with pytest.raises(
-        ValueError, match=r"no benchmark file .*S.baseline\.json for this stack.*--benchmark-json="
+        ValueError, match=r"no benchmark file .*S.baseline\.json for this stack.*mkdir -p "
     ):
         fill_stack_paths({"benchmark_compare": compare}, lambda: "S")
+
+
+@pytest.mark.parametrize(
+    "json_option",
+    [
+        pytest.param(Path(f"out/{STACK_PLACEHOLDER}/run.json"), id="path (pytest-benchmark 5.3+)"),
+        pytest.param(
+            SimpleNamespace(name=f"out/{STACK_PLACEHOLDER}/run.json"),
+            id="opened file (pytest-benchmark before 5.3)",
+        ),
+    ],
+)
+def test_the_placeholder_in_the_json_path_is_refused(json_option: object) -> None:
+    with pytest.raises(ValueError, match=r"--benchmark-json=out/\{cudagraph_stack_id\}/run"):
+        fill_stack_paths({"benchmark_json": json_option}, never_called)
 
 
 def test_runs_are_saved_and_compared_per_stack(bench_pytester: pytest.Pytester) -> None:
     stack = stack_id()
     storage = f"--benchmark-storage=file://./.benchmarks/{STACK_PLACEHOLDER}"
-    baseline = f"benchmarks/{STACK_PLACEHOLDER}/baseline.json"
+    # Recorded as the compare error says; pytest-benchmark before 5.3 opens the JSON file
+    # while parsing arguments, so its folder must exist.
+    recorded = bench_pytester.path / "benchmarks" / stack / "baseline.json"
+    recorded.parent.mkdir(parents=True)
     saved = bench_pytester.runpytest_inprocess(
-        storage, "--benchmark-autosave", f"--benchmark-json={baseline}"
+        storage, "--benchmark-autosave", f"--benchmark-json={recorded}"
     )
     saved.assert_outcomes(passed=1)
     saved.stdout.fnmatch_lines([f"cudagraph: benchmarks of stack {stack}"])
     stored = list((bench_pytester.path / ".benchmarks" / stack).rglob("*.json"))
     assert len(stored) == 1, f"expected the run saved under .benchmarks/{stack}"
-    recorded = bench_pytester.path / "benchmarks" / stack / "baseline.json"
     assert json.loads(recorded.read_text())["machine_info"]["cudagraph_stack_id"] == stack
 
     compared = bench_pytester.runpytest_inprocess(
-        storage, f"--benchmark-compare={baseline}", "--benchmark-compare-fail=median:1000000%"
+        storage,
+        f"--benchmark-compare=benchmarks/{STACK_PLACEHOLDER}/baseline.json",
+        "--benchmark-compare-fail=median:1000000%",
     )
     compared.assert_outcomes(passed=1)
     compared.stderr.fnmatch_lines([f"*Comparing against benchmarks from*{recorded.name}*"])
@@ -158,6 +172,19 @@ def test_comparing_without_a_baseline_is_a_usage_error(bench_pytester: pytest.Py
     result.stderr.fnmatch_lines(
         [f"*--benchmark-compare: no benchmark file benchmarks/{stack_id()}/baseline.json*"]
     )
+
+
+def test_the_placeholder_in_the_json_option_is_a_usage_error(
+    bench_pytester: pytest.Pytester,
+) -> None:
+    # pytest-benchmark 5.3+ passes the path on and the plugin refuses it; before 5.3 argparse
+    # fails to open the file. Either way nothing is written under a literal placeholder.
+    result = bench_pytester.runpytest_inprocess(
+        f"--benchmark-json=benchmarks/{STACK_PLACEHOLDER}/baseline.json"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--benchmark-json*{cudagraph_stack_id}/baseline.json*"])
+    assert not (bench_pytester.path / "benchmarks").exists()
 
 
 def test_a_run_that_saves_nothing_never_asks_for_the_stack(
@@ -176,7 +203,8 @@ def test_filling_in_after_pytest_benchmark_started_is_refused(
 ) -> None:
     config = bench_pytester.parseconfigure()
     assert config.pluginmanager.has_plugin("pytest-benchmark")
-    config.option.benchmark_json = Path(f"out/{STACK_PLACEHOLDER}.json")
+    config.option.benchmark_storage = f"file://./.benchmarks/{STACK_PLACEHOLDER}"
+    config.option.benchmark_autosave = True
     with pytest.raises(pytest.UsageError, match="pytest-benchmark's session started before"):
         bench.BenchmarkHooks().pytest_configure(config)
 

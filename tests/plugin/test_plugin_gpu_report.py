@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_report.py"
 
@@ -52,9 +54,15 @@ def test_report_from_a_real_step(cpu_pytester: pytest.Pytester, gpu_report: Modu
         f"--junitxml={outdir / 'tests.xml'}", f"--cudagraph-json={outdir / 'tests.json'}"
     ).assert_outcomes(passed=2, failed=1, skipped=1)
     report = gpu_report.render(outdir, "cpu", "abc123")
+    # The stack line reports the facts the plugin recorded, and those are this machine's.
+    stack = json.loads((outdir / "tests.json").read_text())["stack"]
+    assert len(stack["gpus"]) == torch.cuda.device_count()
+    gpus = ", ".join(
+        f"{gpu['name']} ({round(gpu['total_bytes'] / 2**30)} GiB)" for gpu in stack["gpus"]
+    )
     for line in [
         "# GPU run: cpu",
-        "- GPUs: none; driver none",
+        f"- GPUs: {gpus or 'none'}; driver {stack['driver'] or 'none'}",
         "- tree: commit abc123",
         "## tests",
         "2 passed, 1 failed, 1 skipped",
@@ -64,3 +72,15 @@ def test_report_from_a_real_step(cpu_pytester: pytest.Pytester, gpu_report: Modu
         assert line in report.splitlines(), line
     assert "assert 1 == 2" in report
     assert "| `test_report_from_a_real_step.py::test_memory` | +1.0 | 8 | " in report
+
+
+def test_stack_lines_name_each_gpu_and_the_driver(gpu_report: ModuleType) -> None:
+    gpu = {"name": "NVIDIA H200", "total_bytes": 150_121_545_728}
+    stack = {"gpus": [gpu, gpu], "driver": "580.159.04", "python": "3.12.3"}
+    stack |= {"torch": "2.11.0+cu130", "torch_cuda": "13.0"}
+    assert gpu_report.stack_lines(stack) == [
+        "- GPUs: NVIDIA H200 (140 GiB), NVIDIA H200 (140 GiB); driver 580.159.04",
+        "- python 3.12.3, torch 2.11.0+cu130, torch CUDA 13.0",
+    ]
+    no_gpu = stack | {"gpus": [], "driver": None, "torch_cuda": None}
+    assert gpu_report.stack_lines(no_gpu)[0] == "- GPUs: none; driver none"

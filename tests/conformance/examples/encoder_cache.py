@@ -40,8 +40,8 @@ class Entry:
 
 class EncoderGraphCache:
     """``cache(x, gain)`` = ``encoder(x * gain)`` through one CUDA graph per (batch, seq): an LRU
-    of ``capacity`` graphs, each in its own memory pool, built (3 warm-ups on a side stream,
-    then the capture) and replayed under one lock, on the encoder's device."""
+    of ``capacity`` graphs, each in its own memory pool, built (3 warm-ups, then the capture,
+    on the cache's one side stream) and replayed under one lock, on the encoder's device."""
 
     def __init__(self, encoder: nn.Module, device: torch.device, capacity: int = 3) -> None:
         if device.type != "cuda":
@@ -51,6 +51,9 @@ class EncoderGraphCache:
         self.capacity = capacity
         self.lock = self.make_lock()
         self.graphs: OrderedDict[tuple[int, int], Entry] = OrderedDict()
+        # One side stream for every warm-up and capture: torch keeps a cuBLAS workspace per
+        # stream used, so a new stream per graph would add a workspace that no eviction frees.
+        self.side_stream = torch.cuda.Stream(device)
 
     def make_lock(self) -> threading.Lock:
         return threading.Lock()
@@ -80,16 +83,15 @@ class EncoderGraphCache:
         return self.encoder(entry.x * entry.gain)
 
     def warm_up(self, entry: Entry) -> None:
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
+        self.side_stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.side_stream):
             for _ in range(WARM_UPS):
                 self.forward(entry)
-        torch.cuda.current_stream(self.device).wait_stream(side)
+        torch.cuda.current_stream(self.device).wait_stream(self.side_stream)
 
     def capture(self, entry: Entry) -> None:
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, stream=self.side_stream):
             entry.out = self.forward(entry)
         entry.graph = graph
 
