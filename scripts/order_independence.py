@@ -18,7 +18,7 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,12 +79,17 @@ def memory_figures(figure: str) -> dict[str, float | None]:
 
 
 def compare(
-    full: Mapping[str, object], alone: Mapping[str, Mapping[str, object]]
+    full: Mapping[str, object],
+    alone: Mapping[str, Mapping[str, object]],
+    checks: Collection[str] | None = None,
 ) -> list[Comparison]:
-    """Each check of the full run against its run alone (``alone``: check -> document)."""
+    """Each check of the full run (or those of ``checks``) against its run alone (``alone``:
+    check -> document)."""
     full_rows = conformance_rows(full)
     comparisons = []
     for check, full_row in full_rows.items():
+        if checks is not None and check not in checks:
+            continue
         alone_row = conformance_rows(alone[check]).get(check) if check in alone else None
         alone_verdict = str(alone_row["verdict"]) if alone_row else "not run"
         memory = {}
@@ -168,6 +173,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="leave a check out of every run (its function name without test_, e.g. "
         "worker_processes); may be repeated",
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="CHECK",
+        help="run only this check alone and compare it (function name without test_); may be "
+        "repeated. With --reuse-full, a long suite can be compared in several calls",
+    )
+    parser.add_argument(
+        "--reuse-full",
+        action="store_true",
+        help="take the full run from OUT/full.json when it is there instead of running it again",
+    )
     parser.epilog = "Arguments after -- go to every pytest run."
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
@@ -176,14 +194,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     left_out = " and ".join(f"not test_{name}" for name in args.skip) or None
     full_path = args.out / "full.json"
-    run_suite(args.target, full_path, left_out, pytest_args)
+    if not (args.reuse_full and full_path.is_file()):
+        run_suite(args.target, full_path, left_out, pytest_args)
     full = json.loads(full_path.read_text())
+    only = {f"test_{name}" for name in args.only}
+    checks = [c for c in conformance_rows(full) if not only or function_name(c) in only]
     alone = {}
-    for check in conformance_rows(full):
+    for check in checks:
         path = args.out / f"alone-{function_name(check)}.json"
         run_suite(args.target, path, function_name(check), pytest_args)
         alone[check] = json.loads(path.read_text())
-    comparisons = compare(full, alone)
+    comparisons = compare(full, alone, checks)
     report = markdown(args.target, comparisons)
     print(report)
     if args.report is not None:

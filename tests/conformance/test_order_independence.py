@@ -138,3 +138,24 @@ def test_main_runs_the_full_suite_then_each_check_alone_and_exits_on_a_differenc
     text = report.read_text()
     assert "| guards | FAILED | passed |" in text
     assert "1 of 2 checks differ." in text
+
+
+def test_only_and_reuse_full_compare_a_subset_without_running_the_suite_again(
+    script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full = document(("guards", "passed", ""), memory_row(350, 0, 12))
+    (tmp_path / "full.json").write_text(json.dumps(full))
+    runs = []
+
+    def fake_run(target: str, json_path: Path, select: str | None, extra: list[str]) -> None:
+        runs.append(select)
+        json_path.write_text(json.dumps(document(memory_row(500, 0, 12))))
+
+    monkeypatch.setattr(script, "run_suite", fake_run)
+    report = tmp_path / "order.md"
+    argv = ["reasyn", "--out", str(tmp_path), "--report", str(report), "--reuse-full"]
+    assert script.main([*argv, "--only", "bounded_memory"]) == 1
+    assert runs == ["test_bounded_memory"]
+    text = report.read_text()
+    assert "| guards |" not in text
+    assert "peak +500 MiB alone, +350 MiB in the full suite" in text
