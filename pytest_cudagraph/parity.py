@@ -304,6 +304,9 @@ class ParityChecker:
         self.comparisons = 0
         self._on_result = on_result
         self._recording: dict[str, list[object]] | None = None
+        # What each toggled run recorded, uncopied (path -> value): kept alive until the
+        # comparison, so that memory freed and handed out again never looks shared.
+        self._recorded: dict[str, object] = {}
 
     def check(
         self,
@@ -375,19 +378,21 @@ class ParityChecker:
 
         The variable is restored afterwards; under no_host_sync only the "1" run is held to it.
         """
-        recordings = []
+        recordings, recorded = [], []
         for value in ("0", "1"):
             lifted = host_syncs_allowed(self.device) if value == "0" else nullcontext()
             with _environment(toggle, value), self._seeded(self.seed), lifted:
-                self._recording = {}
+                self._recording, self._recorded = {}, {}
                 try:
                     body()
                     recordings.append(self._recording)
+                    recorded.append(self._recorded)
                 finally:
-                    self._recording = None
+                    self._recording, self._recorded = None, {}
         off, on = recordings
         with host_syncs_allowed(self.device):
-            mismatches = compare_outputs(
+            mismatches = self._shared_storage(*recorded, toggle)
+            mismatches += compare_outputs(
                 off, on, path="recorded", sides=(f"{toggle}=0", f"{toggle}=1")
             )
         if not off and not on:
@@ -404,7 +409,34 @@ class ParityChecker:
                 "graph_parity.record() works only in the body of a test marked "
                 "cuda_graph_parity(toggle=...)"
             )
-        self._recording.setdefault(name, []).append(_snapshot(value))
+        values = self._recording.setdefault(name, [])
+        self._recorded[f"recorded[{name!r}][{len(values)}]"] = value
+        values.append(_snapshot(value))
+
+    @staticmethod
+    def _shared_storage(
+        off: dict[str, object], on: dict[str, object], toggle: str
+    ) -> list[Mismatch]:
+        """The storage rule in the toggle form: a value the "1" run recorded must not share
+        memory with one recorded earlier in that run (a graph handing out its static output
+        buffer every time), unless the "0" run's values shared theirs alike (a body that
+        records one tensor twice, or a fixture's tensor, does so in both runs)."""
+
+        def within(run: dict[str, object]) -> set[tuple[str, str]]:
+            paths = list(run)
+            return {
+                (overlap.output, overlap.other)
+                for index, path in enumerate(paths)
+                for overlap in storage_overlaps(
+                    run[path], {earlier: run[earlier] for earlier in paths[:index]}, path=path
+                )
+            }
+
+        shared = sorted(within(on) - within(off))
+        return [
+            Mismatch(path, f"shares storage with {other} in the run with {toggle}=1")
+            for path, other in shared
+        ]
 
     def _finish(self, result: ParityResult) -> ParityResult:
         if self._on_result is not None:

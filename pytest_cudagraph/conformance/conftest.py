@@ -6,30 +6,43 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+import torch
 
 from pytest_cudagraph import report as reports
-from pytest_cudagraph.conformance.support import lock_was_held
+from pytest_cudagraph.conformance.support import forget_last_failure, lock_was_held
 from pytest_cudagraph.target import CudaGraphTarget
 
 
 @pytest.fixture
 def target(conformance_target: CudaGraphTarget) -> Iterator[CudaGraphTarget]:
-    """The session's target, reset before the check (when it can be). Its lock must be free
-    before and after: a check that finds it held frees it, so that one broken check does not
-    hang the rest."""
+    """The session's target, reset before and after the check (when it can be). Its lock
+    must be free before and after: a check that finds it held frees it, so that one broken
+    check does not hang the rest. After the check, what a failure keeps alive is let go and
+    the device's work finished: a failed check leaves nothing for a later one to measure."""
     require_lock_free(conformance_target, "before this check")
     if conformance_target.reset is not None:
         conformance_target.reset()
     yield conformance_target
-    require_lock_free(conformance_target, "after this check")
+    forget_last_failure()
+    if conformance_target.device.type == "cuda":
+        torch.cuda.synchronize(conformance_target.device)
+    held = lock_was_held(conformance_target)  # released if it was, so the reset can run
+    if conformance_target.reset is not None:
+        conformance_target.reset()
+    if held:
+        fail_held_lock("after this check")
 
 
 def require_lock_free(target: CudaGraphTarget, when: str) -> None:
     if lock_was_held(target):
-        pytest.fail(
-            f"the target's lock was held {when}; it was released so the suite can go on",
-            pytrace=False,
-        )
+        fail_held_lock(when)
+
+
+def fail_held_lock(when: str) -> None:
+    pytest.fail(
+        f"the target's lock was held {when}; it was released so the suite can go on",
+        pytrace=False,
+    )
 
 
 @pytest.fixture

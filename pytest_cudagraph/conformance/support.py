@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import traceback
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
@@ -49,6 +50,17 @@ def lock_was_held(target: CudaGraphTarget) -> bool:
         target.lock.release()
         return True
     return False
+
+
+def forget_last_failure() -> None:
+    """Drop what pytest keeps of the last failure for post-mortem debugging (``sys.last_exc``,
+    ``sys.last_value``, ``sys.last_traceback``, ``sys.last_type``). Its frames hold what the
+    failed check built (a sampler's graphs and their memory) until the next test's body
+    starts, which is after a memory check's baseline: a failure would be charged to the next
+    check."""
+    for name in ("last_exc", "last_value", "last_traceback", "last_type"):
+        if hasattr(sys, name):
+            delattr(sys, name)
 
 
 def draw(target: CudaGraphTarget, case: int, seed: int) -> Inputs:

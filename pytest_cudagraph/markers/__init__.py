@@ -17,6 +17,7 @@ Modules here import torch only inside the code that runs for marked tests.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from typing import ClassVar
@@ -91,3 +92,11 @@ class MarkerFeature:
 def add_report_section(item: pytest.Item, title: str, text: str) -> None:
     """A named section on the test's report (shown with its failure, kept in JUnit XML)."""
     item.stash.setdefault(SECTIONS, []).append((title, text))
+
+
+def body_with_fixtures(item: pytest.Function) -> Callable[[], object]:
+    """The test function bound to the fixture values it runs with, for a marker that runs
+    the body again (fixtures are set up once; every run shares them)."""
+    parameters = inspect.signature(item.obj).parameters
+    arguments = {name: item.funcargs[name] for name in parameters if name in item.funcargs}
+    return functools.partial(item.obj, **arguments)

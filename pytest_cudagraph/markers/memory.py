@@ -87,9 +87,17 @@ class MemoryBoundMarker(MarkerFeature):
         from pytest_cudagraph.memory import judge_growth
 
         verdict = judge_growth(measured, bound_mib)
-        figures = {**measured.figures(), "bound_mib": bound_mib, "passed": verdict.passed}
+        figures = {
+            **measured.figures(),
+            "bound_mib": bound_mib,
+            "passed": verdict.passed,
+            "warning": verdict.warning,
+        }
         report.record_for_summary(item, "memory", figures)
         section = f"bound: {bound_mib:g} MiB of growth; {measured.section()}"
+        if verdict.warning:
+            section += f"\nwarning: {verdict.warning}"
+            item.warn(pytest.PytestWarning(verdict.warning))
         add_report_section(item, "cudagraph memory", section)
         if not verdict.passed:
             pytest.fail(verdict.reason, pytrace=False)
@@ -107,6 +115,8 @@ class MemoryBoundMarker(MarkerFeature):
                     f"torch reserved {figures['torch_reserved_growth_mib']:+.1f} MiB, "
                     f"outside torch {figures['outside_torch_growth_mib']:+.1f} MiB"
                 )
+                if figures.get("warning"):
+                    lines.append(f"    warning: {figures['warning']}")
         if not lines:
             return []
         return ["memory growth across the test body (NVML, this process):", *lines]

@@ -6,8 +6,6 @@ must compare something: one that ends without a checked case fails, saying so.
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -15,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_cudagraph import report, settings
-from pytest_cudagraph.markers import MarkerFeature, add_report_section
+from pytest_cudagraph.markers import MarkerFeature, add_report_section, body_with_fixtures
 
 if TYPE_CHECKING:
     import torch
@@ -77,13 +75,9 @@ class ParityMarker(MarkerFeature):
         mark = self.mark_of(pyfuncitem)
         if mark is None or mark.toggle is None:
             return None
-        # Function-scoped fixtures are set up once; both runs share them.
-        parameters = inspect.signature(pyfuncitem.obj).parameters
-        arguments = {
-            name: pyfuncitem.funcargs[name] for name in parameters if name in pyfuncitem.funcargs
-        }
-        body = functools.partial(pyfuncitem.obj, **arguments)
-        pyfuncitem.stash[self.PARITY_CHECKER].run_toggled(body, mark.toggle)
+        pyfuncitem.stash[self.PARITY_CHECKER].run_toggled(
+            body_with_fixtures(pyfuncitem), mark.toggle
+        )
         return True
 
     @pytest.hookimpl(wrapper=True)

@@ -26,10 +26,13 @@ BROKEN = {
         "no baked inputs",
         {"no baked inputs", "parity", "device binding", "lock safety", "concurrency"},
     ),
-    # Parity finds later calls' outputs in the same storage as earlier ones; concurrency compares
-    # the outputs once every thread is done, when replays of the same key have overwritten them.
-    # Every other check compares an output before the next call.
-    "static_output": ("owned outputs", {"owned outputs", "parity", "concurrency"}),
+    # Parity and output storage find later calls' outputs in the same storage as earlier ones;
+    # concurrency compares the outputs once every thread is done, when replays of the same key
+    # have overwritten them. Every other check compares an output before the next call.
+    "static_output": (
+        "owned outputs",
+        {"owned outputs", "parity", "output storage", "concurrency"},
+    ),
     "lock_kept_on_error": ("lock safety", {"lock safety"}),
     "unbounded": ("bounded memory", {"bounded memory"}),
     # Only where the current device is not the target's does the side stream land elsewhere.

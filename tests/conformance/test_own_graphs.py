@@ -132,11 +132,11 @@ def test_each_example_passes_the_checks_that_need_no_gpu(
 
 # GPU: each example and the foreign target pass; each twin fails what its fault must fail.
 
-CACHE_CHECKS = {"parity", "no baked inputs", "owned outputs", "concurrency"}
+CACHE_CHECKS = {"parity", "no baked inputs", "owned outputs", "output storage", "concurrency"}
 # The checks each target must pass on one GPU (the rest skip for a capability it lacks).
 MUST_PASS = {
-    EXAMPLES["hand_written_target"]: CACHE_CHECKS | {"lock safety", "bounded memory"},
-    FOREIGN: CACHE_CHECKS | {"lock safety", "bounded memory"},
+    EXAMPLES["hand_written_target"]: CACHE_CHECKS | {"lock safety", "bounded memory", "captures"},
+    FOREIGN: CACHE_CHECKS | {"lock safety", "bounded memory", "captures"},
     EXAMPLES["compiled_target"]: CACHE_CHECKS | {"graphs not skipped"},
     EXAMPLES["graphed_callables_target"]: CACHE_CHECKS,
 }
@@ -147,20 +147,24 @@ BROKEN = {
         "no baked inputs",
         {"no baked inputs", "parity", "lock safety", "concurrency"},
     ),
-    # Parity finds later outputs in the storage of earlier ones; concurrency compares once every
-    # thread is done. The other checks compare each output before the next call.
-    "foreign:static_output": ("owned outputs", {"owned outputs", "parity", "concurrency"}),
+    # Parity and output storage find later outputs in the storage of earlier ones; concurrency
+    # compares once every thread is done. The other checks compare each output before the next
+    # call.
+    "foreign:static_output": (
+        "owned outputs",
+        {"owned outputs", "parity", "output storage", "concurrency"},
+    ),
     "foreign:lock_kept_on_error": ("lock safety", {"lock safety"}),
-    # Kept outputs are overwritten by the next step: parity and concurrency read them later
-    # (cudagraph trees refuse that read of a compiled output, make_graphed_callables' outputs
-    # share storage).
+    # Kept outputs are overwritten by the next step: parity, output storage and concurrency read
+    # them later (cudagraph trees refuse that read of a compiled output, make_graphed_callables'
+    # outputs share storage).
     "broken_adapters:compiled_outputs_kept": (
         "owned outputs",
-        {"owned outputs", "parity", "concurrency"},
+        {"owned outputs", "parity", "output storage", "concurrency"},
     ),
     "broken_adapters:graphed_outputs_kept": (
         "owned outputs",
-        {"owned outputs", "parity", "concurrency"},
+        {"owned outputs", "parity", "output storage", "concurrency"},
     ),
     "broken_adapters:compiled_graph_skipped": ("graphs not skipped", {"graphs not skipped"}),
 }

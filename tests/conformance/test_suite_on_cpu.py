@@ -31,6 +31,8 @@ GPU_CHECKS = {
     "concurrency",
     "worker processes",
     "graphs not skipped",
+    "output storage",
+    "captures",
     "state isolation",
     "state reset",
 }
@@ -58,7 +60,7 @@ def test_cpu_checks_pass_and_gpu_checks_skip_saying_why(
     }
     result.stdout.fnmatch_lines(
         [
-            "conformance of reasyn (3 passed, 13 skipped):",
+            "conformance of reasyn (3 passed, 15 skipped):",
             f"  parity * skipped * -  {NO_CUDA}",
             "  guards * passed * 4 of 4 unsupported modes refused clearly",
             "  worker refusal * passed * graphs with 2 workers per GPU refused: *",

@@ -12,7 +12,7 @@ def test_markers_help_is_built_from_the_marker_functions(pytester: pytest.Pytest
             "@pytest.mark.cuda_graph_parity(toggle=None, seed=None): Compare a graphed callable*",
             "@pytest.mark.graph_memory_bound(bound=None): Fail when this process's memory*",
             "@pytest.mark.pinned_stack(python=None, torch=None, cuda=None): Skip unless*",
-            "@pytest.mark.no_host_sync: Fail the test when its body makes the host wait*",
+            "@pytest.mark.no_host_sync(trial_capture=False): Fail the test when its body makes*",
         ]
     )
     assert result.ret == pytest.ExitCode.OK

@@ -1,0 +1,71 @@
+"""Captures: a cache captures each key once and then only replays it. Over rounds of calls on
+no more keys than the cache holds (``capacity``), a held key captured again fails: such a
+cache is correct, so every other check passes, and slow. Captures are counted however they
+are made (pytest_cudagraph.captures.CaptureCounter: hand-written, make_graphed_callables,
+compile's cudagraph trees). The figure says what a capture costs in calls: replays per
+capture, and how many replays repay one capture (its seconds over what a replay saves
+against the eager call)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import torch
+
+from pytest_cudagraph.captures import CaptureCounter, replays_to_repay
+from pytest_cudagraph.conformance.support import case_in_key, draw, needs_cuda, skip_without
+from pytest_cudagraph.target import CudaGraphTarget, Inputs
+
+MAX_KEYS = 4
+ROUNDS = 4  # the first captures each key, the later ones must only replay it
+TIMED_CALLS = 5
+
+
+@needs_cuda
+def test_captures(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+    skip_without(target, "capacity")
+    key_count = min(MAX_KEYS, target.num_keys, target.capacity)
+    with CaptureCounter() as counter:
+        for repeat in range(ROUNDS):
+            for key_index in range(key_count):
+                case = case_in_key(target, key_index, repeat)
+                inputs = draw(target, case, seed=case)
+                with counter.key(target.key_of(inputs)):
+                    target.graphed(inputs)
+        timed = draw(target, 0, seed=ROUNDS * target.num_keys)
+        with counter.key(target.key_of(timed)):
+            eager_s = seconds_per_call(target.eager, timed, target.device)
+            graph_s = seconds_per_call(target.graphed, timed, target.device)
+    captures = counter.captures
+    figure = f"{ROUNDS} rounds over {key_count} keys: {len(captures)} captures"
+    if captures:
+        capture_s = counter.capture_seconds() / len(captures)
+        repay = replays_to_repay(capture_s, eager_s, graph_s)
+        repaid = "a replay saves nothing" if math.isinf(repay) else f"{repay:.0f} replays repay it"
+        figure += (
+            f", {counter.replays_per_capture():.1f} replays per capture; a capture takes "
+            f"{capture_s * 1e3:.1f} ms, a call {eager_s * 1e3:.2f} ms eager and "
+            f"{graph_s * 1e3:.2f} ms graphed: {repaid}"
+        )
+    record_figure(figure)
+    recaptured = counter.recaptured_keys()
+    assert not recaptured, (
+        f"keys the cache held were captured again ({key_count} keys, capacity "
+        f"{target.capacity}): "
+        + ", ".join(f"{key!r} {count} times" for key, count in recaptured.items())
+    )
+
+
+def seconds_per_call(
+    function: Callable[[Inputs], object], inputs: Inputs, device: torch.device
+) -> float:
+    """Mean wall time of a call, the device's work included; one untimed call first."""
+    function(inputs)
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(TIMED_CALLS):
+        function(inputs)
+    torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) / TIMED_CALLS
