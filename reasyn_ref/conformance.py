@@ -114,11 +114,12 @@ class SeededTarget:
 
 
 class ReferenceTarget(SeededTarget):
-    """The decoder, its graph cache and what the checks call them with. ``cache_class`` lets
-    the project's tests swap in deliberately broken caches."""
+    """The decoder, its graph cache and what the checks call them with. ``cache_class`` and
+    ``sampler_class`` let the project's tests swap in deliberately broken ones."""
 
     num_keys = NUM_KEYS
     largest_case = LARGEST_CASE
+    sampler_class: type[ARSampler] = ARSampler
 
     def __init__(self, device: torch.device, cache_class: type[GraphCache] = GraphCache) -> None:
         super().__init__(device)
@@ -209,7 +210,9 @@ class ReferenceTarget(SeededTarget):
     def sample(self, seed: int, graphs: bool) -> list[list[int]]:
         """Sampled tokens for fixed prefixes and memory under ``seed``, graphs on or off (the
         sampler's own switch, which REASYN_CUDAGRAPH sets when it is not given)."""
-        sampler = ARSampler(self.decoder, bf16=True, batched=True, bucket=True, cudagraph=graphs)
+        sampler = self.sampler_class(
+            self.decoder, bf16=True, batched=True, bucket=True, cudagraph=graphs
+        )
         memory, padding = sample_target(self.config)
         memory, padding = memory.to(self.device), padding.to(self.device)
         generator = torch.Generator(self.device).manual_seed(seed)

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from pytest_cudagraph.target import CudaGraphTarget
 from reasyn_ref import ARSampler, ARStep
-from reasyn_ref.conformance import SAMPLE_MAX_LEN, ReferenceTarget
+from reasyn_ref.conformance import ReferenceTarget
 from reasyn_ref.graph_cache import GraphCache, GraphEntry
 
 
@@ -70,20 +70,7 @@ class RaisingSampler(ARSampler):
 
 
 class RaisingSamplerTarget(ReferenceTarget):
-    def sample(self, seed: int, graphs: bool) -> list[list[int]]:
-        """As ReferenceTarget.sample, with the raising sampler."""
-        sampler = RaisingSampler(
-            self.decoder, bf16=True, batched=True, bucket=True, cudagraph=graphs
-        )
-        memory, padding = self.target_memory()
-        generator = torch.Generator(self.device).manual_seed(seed)
-        return sampler.sample(
-            memory.to(self.device),
-            padding.to(self.device),
-            self.prefixes(),
-            generator,
-            max_len=SAMPLE_MAX_LEN,
-        )
+    sampler_class = RaisingSampler
 
 
 def output_in_input(device: torch.device) -> CudaGraphTarget:
