@@ -47,9 +47,9 @@ if [[ $gpus -ge 2 ]]; then  # one xdist worker per GPU
     run conformance-xdist --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn -n "$gpus"
 fi
 if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
-    run bench tests/bench --benchmark-enable --benchmark-only --benchmark-json="$out/bench.json" ${BENCH_ARGS:-}
+    run bench tests/bench --benchmark-enable --benchmark-only --benchmark-json="$out/benchmarks.json" ${BENCH_ARGS:-}
     # bench.md keeps its own name too: gpu_report.py includes it.
-    if python3 scripts/bench_report.py "$out/bench.json" --out "$out/bench.md" --plot "$out/bench-$label.png" \
+    if python3 scripts/bench_report.py "$out/benchmarks.json" --out "$out/bench.md" --plot "$out/bench-$label.png" \
         >>"$out/bench.log" 2>&1; then
         cp "$out/bench.md" "$out/bench-$label.md"
     else

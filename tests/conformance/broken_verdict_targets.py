@@ -47,8 +47,12 @@ class RecapturingCache(GraphCache):
     def replay(self, entry: GraphEntry, step: ARStep) -> None:
         if getattr(entry, "replayed", False):  # a held key, not the call that built it
             torch.cuda.synchronize(self.device)  # no replay of the old graph in flight
-            entry.graph = torch.cuda.CUDAGraph()
+            # A new graph in a new private pool, as a first capture gets: a second graph
+            # captured into a pool the first still holds trips torch's allocator.
+            old_graph = entry.graph
+            entry.graph, entry.pool = torch.cuda.CUDAGraph(), torch.cuda.graph_pool_handle()
             self.capture(entry)
+            del old_graph
         super().replay(entry, step)
         entry.replayed = True
 
