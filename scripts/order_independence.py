@@ -1,7 +1,9 @@
 """Show that conformance verdicts do not depend on what ran before: run the suite once in full
 and then each check alone, every run in its own pytest process with ``--cudagraph-json``, and
-compare. A verdict that changes, or a bounded-memory figure (peak, after reset, first use)
-that moves by more than 32 MiB, is a difference: the table flags it and the exit code is 1.
+compare. A verdict that changes, or a judged bounded-memory figure (peak, after reset) that
+moves by more than 32 MiB, is a difference: the table flags it and the exit code is 1. First
+use is shown, not compared: it is what the check's warm-up absorbs, so it depends on what ran
+before by design.
 
     python scripts/order_independence.py reasyn --out runs/reasyn --report order.md
     PYTHONPATH=tests/conformance python scripts/order_independence.py foreign:make_target \
@@ -30,6 +32,8 @@ MEMORY_FIGURES = {
     name: re.compile(rf"{name} ([+-]?\d+(?:\.\d+)?) MiB")
     for name in ("peak", "after reset", "first use")
 }
+# The figures the check judges; first use is the warm-up's, order-dependent by design.
+JUDGED_FIGURES = ("peak", "after reset")
 
 
 @dataclass(frozen=True)
@@ -47,8 +51,8 @@ class Comparison:
         if self.alone != self.full:
             found.append(f"verdict {self.alone} alone, {self.full} in the full suite")
         if self.alone_memory is not None and self.full_memory is not None:
-            for name, alone in self.alone_memory.items():
-                full = self.full_memory.get(name)
+            for name in JUDGED_FIGURES:
+                alone, full = self.alone_memory.get(name), self.full_memory.get(name)
                 if alone is None or full is None:
                     continue
                 if abs(alone - full) > MEMORY_TOLERANCE_MIB:
@@ -116,7 +120,8 @@ def markdown(target: str, comparisons: Sequence[Comparison]) -> str:
         f"## Order independence: {target}",
         "",
         "Each check alone (its own pytest process) and in the full suite; bounded-memory "
-        f"figures in MiB, a difference over {MEMORY_TOLERANCE_MIB:g} MiB flagged.",
+        f"figures in MiB, a difference over {MEMORY_TOLERANCE_MIB:g} MiB in peak or after reset "
+        "flagged (first use is the warm-up's, not judged).",
         "",
         "| check | alone | full suite | memory alone | memory full suite | difference |",
         "| --- | --- | --- | --- | --- | --- |",

@@ -118,7 +118,7 @@ def test_the_right_targets_pass_the_new_checks(
 
 
 @needs_cuda
-def test_a_cache_recapturing_held_keys_fails_captures_only(
+def test_a_cache_recapturing_held_keys_fails_captures(
     run_suite: Callable[..., pytest.RunResult],
 ) -> None:
     result = run_suite(
@@ -127,7 +127,12 @@ def test_a_cache_recapturing_held_keys_fails_captures_only(
         "-k",
         f"{LEFT_OUT} and not bounded_memory",
     )
-    assert failed(result) == {"captures"}, result.stdout.str()
+    # Capturing on every call also races the other threads of the concurrency check now and
+    # then (on the H200: 1 of 48 calls hit "operation failed due to a previous error during
+    # capture"), so concurrency may fail too; every other check must pass.
+    found = failed(result)
+    assert "captures" in found, result.stdout.str()
+    assert found <= {"captures", "concurrency"}, result.stdout.str()
     result.stdout.fnmatch_lines(
         ["*keys the cache held were captured again (* keys, capacity *): * times*"]
     )

@@ -89,6 +89,15 @@ def test_a_changed_verdict_and_a_figure_apart_are_flagged(script: ModuleType) ->
     assert script.markdown("reasyn", [parity, memory]).endswith("2 of 2 checks differ.\n")
 
 
+def test_first_use_apart_is_no_difference(script: ModuleType) -> None:
+    """Run alone, a check's warm-up pays the process's first-use costs; in the full suite an
+    earlier check has paid them. The judged figures must agree, first use may not."""
+    full = document(memory_row(228, 0, 0, "passed"))
+    alone = {"bounded memory": document(memory_row(230, 2, 136, "passed"))}
+    (memory,) = script.compare(full, alone)
+    assert memory.differences() == []
+
+
 def test_a_check_missing_from_its_own_run_is_a_difference(script: ModuleType) -> None:
     full = document(("guards", "passed", ""))
     (guards,) = script.compare(full, {"guards": document()})
