@@ -14,7 +14,16 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-STEPS = ("tests", "conformance", "conformance-kv", "conformance-xdist", "bench")
+STEPS = (
+    "tests",
+    "conformance",
+    "conformance-kv",
+    "conformance-compiled",
+    "conformance-graphed",
+    "conformance-foreign",
+    "conformance-xdist",
+    "bench",
+)
 SUITE_KNOBS = ("TEST_ARGS", "SKIP_BENCH", "BENCH_ARGS")
 
 
@@ -95,7 +104,7 @@ def plugin_lines(results: dict) -> list[str]:
     return out
 
 
-def render(outdir: Path, label: str, commit: str) -> str:
+def render(outdir: Path, label: str, commit: str, command: str | None = None) -> str:
     results = {
         step: json.loads((outdir / f"{step}.json").read_text())
         for step in STEPS
@@ -105,7 +114,7 @@ def render(outdir: Path, label: str, commit: str) -> str:
     if results:
         first = next(iter(results.values()))
         out += [f"- date: {first['date']}", *stack_lines(first["stack"])]
-    out += [f"- tree: commit {commit}", f"- command: `{suite_command(label)}`", ""]
+    out += [f"- tree: commit {commit}", f"- command: `{command or suite_command(label)}`", ""]
     exits = outdir / "exits.txt"
     if exits.exists():
         out += ["Step exit codes: " + "; ".join(exits.read_text().split("\n")).strip("; "), ""]
@@ -148,8 +157,11 @@ def main() -> None:
     parser.add_argument("--label", default="gpu")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--commit", default="unknown", help="the commit of the tree that ran")
+    parser.add_argument(
+        "--command", help="what ran, where it was not gpu_suite.sh (default: its command line)"
+    )
     args = parser.parse_args()
-    args.out.write_text(render(args.outdir, args.label, args.commit))
+    args.out.write_text(render(args.outdir, args.label, args.commit, args.command))
 
 
 if __name__ == "__main__":

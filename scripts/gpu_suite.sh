@@ -43,6 +43,13 @@ run() {  # name, then the pytest arguments
 run tests ${TEST_ARGS:-tests --ignore=tests/bench} -m "not slow"
 run conformance --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn
 run conformance-kv --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn-kv
+# The own-graphs examples (docs/own-graphs.md) and the foreign target live in tests/conformance.
+PYTHONPATH=tests/conformance run conformance-compiled --pyargs pytest_cudagraph.conformance \
+    --cudagraph-target examples.compiled_target:make_target
+PYTHONPATH=tests/conformance run conformance-graphed --pyargs pytest_cudagraph.conformance \
+    --cudagraph-target examples.graphed_callables_target:make_target
+PYTHONPATH=tests/conformance run conformance-foreign --pyargs pytest_cudagraph.conformance \
+    --cudagraph-target foreign:make_target
 if [[ $gpus -ge 2 ]]; then  # one xdist worker per GPU
     run conformance-xdist --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn -n "$gpus"
 fi
