@@ -8,10 +8,10 @@ per-shape CUDA-graph cache around a small ``nn.TransformerEncoder`` stack
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import torch
+from broken_targets import LockKeptOnError
 from examples.encoder_cache import EncoderGraphCache, Entry
 from examples.hand_written_target import make_target
 from torch import Tensor
@@ -36,27 +36,6 @@ class StaticOutput(EncoderGraphCache):
 
     def copy_out(self, entry: Entry) -> Tensor:
         return entry.out
-
-
-class LockKeptOnError:
-    """A lock whose with-block forgets to release it when the block raises."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        return self._lock.acquire(blocking, timeout)
-
-    def release(self) -> None:
-        self._lock.release()
-
-    def __enter__(self) -> LockKeptOnError:
-        self._lock.acquire()
-        return self
-
-    def __exit__(self, error_type: object, *rest: object) -> None:
-        if error_type is None:
-            self._lock.release()
 
 
 class LockKept(EncoderGraphCache):
