@@ -55,6 +55,9 @@ GOALS: dict[str, Goal] = {
     "sampler tokens/s, graphs on vs off at batch 8": Goal(
         3.0, "speedup_vs_eager", {"bench": "sampler", "variant": "graph", "batch": 8}
     ),
+    "incremental graphed vs full-recompute graphed sampler at batch 64": Goal(
+        4.0, "speedup_vs_full_graph", {"bench": "incremental", "variant": "graph", "batch": 64}
+    ),
     "64-case parity check on the GPU, seconds": Goal(
         2.0,
         "median_s",
@@ -139,6 +142,24 @@ def render_markdown(report: dict[str, Any]) -> str:
             _sampler_rows(entries),
         ),
         "",
+        "## Incremental sampler (static KV cache)",
+        "",
+        "The same rigged decoder and lengths as the sampler above; the full-recompute sampler "
+        "with graphs on is measured again beside it, in the same run.",
+        "",
+        *_table(
+            [
+                "batch",
+                "tokens",
+                "full-recompute graphed tokens/s",
+                "incremental eager tokens/s",
+                "incremental graphed tokens/s",
+                "incremental graphed / full-recompute graphed",
+                "incremental graphed / incremental eager",
+            ],
+            _incremental_rows(entries),
+        ),
+        "",
         "## Replay efficiency",
         "",
         "Device time of the kernels and copies of back-to-back graph-cache calls (profiler) "
@@ -195,6 +216,29 @@ def _sampler_rows(entries: list[dict[str, Any]]) -> list[list[str]]:
                 str(tokens) if tokens is not None else "-",
                 _num(eager.get("tokens_per_s"), 0),
                 _num(graph.get("tokens_per_s"), 0),
+                _times(graph.get("speedup_vs_eager")),
+            ]
+        )
+    return rows
+
+
+def _incremental_rows(entries: list[dict[str, Any]]) -> list[list[str]]:
+    incremental = select(entries, bench="incremental")
+    rows = []
+    for batch in sorted({e.get("batch", 0) for e in incremental}):
+        by_variant = {e.get("variant"): e for e in select(incremental, batch=batch)}
+        full, eager, graph = (
+            by_variant.get(v, {}) for v in ("full_recompute_graph", "eager", "graph")
+        )
+        tokens = next((e["tokens"] for e in (full, eager, graph) if "tokens" in e), None)
+        rows.append(
+            [
+                str(batch),
+                str(tokens) if tokens is not None else "-",
+                _num(full.get("tokens_per_s"), 0),
+                _num(eager.get("tokens_per_s"), 0),
+                _num(graph.get("tokens_per_s"), 0),
+                _times(graph.get("speedup_vs_full_graph")),
                 _times(graph.get("speedup_vs_eager")),
             ]
         )

@@ -143,6 +143,70 @@ def test_sampler_efficiency_and_overhead_tables(report_module):
     assert number(overhead[3]) == pytest.approx(400.0)
 
 
+INCREMENTAL_GOAL = "incremental graphed vs full-recompute graphed sampler at batch 64"
+
+
+def incremental_benchmarks(seconds: dict[int, dict[str, float]]) -> list[dict]:
+    """The incremental benchmarks as test_bench_incremental.py records them: ``seconds`` holds
+    each batch's medians by variant; ratios only where the partner is there."""
+    benchmarks = []
+    for batch, medians in seconds.items():
+        tokens = batch * 127
+        full = medians.get("full_recompute_graph")
+        for variant, median in medians.items():
+            info = {"tokens_per_s": tokens / median}
+            if full is not None:
+                info["speedup_vs_full_graph"] = full / median
+            if variant == "graph" and "eager" in medians:
+                info["speedup_vs_eager"] = medians["eager"] / median
+            benchmarks.append(
+                entry(median, bench="incremental", variant=variant, batch=batch, tokens=tokens,
+                      **info)
+            )  # fmt: skip
+    return benchmarks
+
+
+@pytest.mark.parametrize(
+    ("graph_s", "verdict"), [(0.16, "met"), (0.21, "missed")], ids=["met", "missed"]
+)
+def test_incremental_table_and_goal(report_module, graph_s, verdict):
+    seconds = {
+        8: {"full_recompute_graph": 0.2, "eager": 0.6, "graph": 0.12},
+        64: {"full_recompute_graph": 0.8, "eager": 0.55, "graph": graph_s},
+    }
+    markdown = report_module.render_markdown(bench_json(incremental_benchmarks(seconds)))
+    rows = table_rows(markdown, "Incremental sampler (static KV cache)")
+    assert [row[:2] for row in rows] == [["8", str(8 * 127)], ["64", str(64 * 127)]]
+    for row, (batch, medians) in zip(rows, seconds.items(), strict=True):
+        full, eager, graph = (medians[v] for v in ("full_recompute_graph", "eager", "graph"))
+        tokens = batch * 127
+        assert number(row[2]) == pytest.approx(tokens / full, abs=0.5)
+        assert number(row[3]) == pytest.approx(tokens / eager, abs=0.5)
+        assert number(row[4]) == pytest.approx(tokens / graph, abs=0.5)
+        assert number(row[5]) == pytest.approx(full / graph, abs=5e-3)
+        assert number(row[6]) == pytest.approx(eager / graph, abs=5e-3)
+    goal = {row[0]: row for row in table_rows(markdown, "Goals")}[INCREMENTAL_GOAL]
+    assert number(goal[2]) == pytest.approx(0.8 / graph_s, abs=5e-4)
+    assert goal[3] == verdict
+
+
+@pytest.mark.parametrize(
+    ("seconds", "ratio_cell"),
+    [
+        ({8: {"full_recompute_graph": 0.2, "eager": 0.6, "graph": 0.05}}, "4.00x"),
+        ({64: {"eager": 0.55, "graph": 0.1}}, "-"),
+    ],
+    ids=["batch-64-not-run", "no-full-recompute-partner"],
+)
+def test_incremental_goal_not_measured(report_module, seconds, ratio_cell):
+    """A fast graph at another batch, or one without its partner, does not meet the goal."""
+    markdown = report_module.render_markdown(bench_json(incremental_benchmarks(seconds)))
+    [row] = table_rows(markdown, "Incremental sampler (static KV cache)")
+    assert row[5] == ratio_cell
+    goal = {row[0]: row for row in table_rows(markdown, "Goals")}[INCREMENTAL_GOAL]
+    assert goal[2:] == ["-", "not measured"]
+
+
 def goal_benchmark(goal, value: float) -> dict:
     """A benchmark that the goal reads, with ``value`` as its figure."""
     if goal.figure == "median_s":
@@ -182,7 +246,7 @@ def test_nothing_measured_says_so(report_module):
     markdown = report_module.render_markdown(bench_json([entry(1.0, unrelated=True)]))
     goal_rows = table_rows(markdown, "Goals")
     assert {row[3] for row in goal_rows} == {"not measured"}
-    assert markdown.count("(not measured in this run)") == 4
+    assert markdown.count("(not measured in this run)") == 5
 
 
 def test_plot_is_skipped_with_a_message_without_matplotlib(
