@@ -14,6 +14,9 @@ from pytest_cudagraph.markers.parity import ParityMarker
 
 GiB = 1024**3
 
+# What the header says of this torch: PyPI's torch 2.7 (the pinned env) is a CUDA build.
+BUILD = f"with CUDA {torch.version.cuda}" if torch.version.cuda else "(CPU build, no CUDA)"
+
 
 CPU_BOX = report.StackFacts(
     python="3.11.7",
@@ -78,7 +81,7 @@ def test_a_run_that_uses_the_plugin_gets_the_header(
     result.stdout.fnmatch_lines(
         [
             "collected 1 item",
-            f"cudagraph: python *, torch {torch.__version__} (CPU build, no CUDA), NVIDIA driver *",
+            f"cudagraph: python *, torch {torch.__version__} {BUILD}, NVIDIA driver *",
             "cudagraph: no GPU visible to torch, so tests that need CUDA skip",
         ]
     )

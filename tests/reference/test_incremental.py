@@ -131,7 +131,8 @@ def test_buffers_reused_for_a_new_target_give_the_new_targets_answers(tiny_decod
     position a query can see. Here the first target leaves long rows behind, the second
     target's rows are shorter and must not see them."""
     memory, mask = pad_memory(*target)
-    other = torch.randn_like(memory, generator=torch.Generator().manual_seed(5))
+    # torch 2.7's randn_like takes no generator.
+    other = torch.randn(memory.shape, generator=torch.Generator().manual_seed(5)).to(memory)
     decoding = Decoding(IncrementalDecoder(tiny_decoder), StepKey(2, 64, memory.shape[1]))
     decoding.start(random_rows([20, 30], seed=6), memory, mask)
     for _ in range(5):
