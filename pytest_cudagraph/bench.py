@@ -11,7 +11,6 @@ Nothing here imports torch or NVML until a benchmark needs it.
 
 from __future__ import annotations
 
-import platform
 import re
 import time
 from collections.abc import Callable
@@ -42,18 +41,14 @@ def synchronizing_timer(device: torch.device) -> Callable[[], float]:
 
 def gpu_machine_info() -> dict[str, object]:
     """GPU, driver, torch and CUDA, so saved benchmarks from different stacks tell apart."""
-    import torch
+    from pytest_cudagraph import devices, report
 
-    from pytest_cudagraph import devices
-
-    nvml = devices.nvml_status()
+    facts = report.stack_facts()
     return {
-        "gpus": [
-            f"{gpu.name} ({gpu.total_bytes // devices.MiB} MiB)" for gpu in devices.visible_gpus()
-        ],
-        "nvidia_driver": nvml.detail if nvml.available else None,
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
+        "gpus": [f"{gpu.name} ({gpu.total_bytes // devices.MiB} MiB)" for gpu in facts.gpus],
+        "nvidia_driver": facts.driver,
+        "torch": facts.torch,
+        "torch_cuda": facts.torch_cuda,
     }
 
 
@@ -67,15 +62,12 @@ def stack_id_of(python: str, torch_version: str, cuda: str | None, gpu: str | No
 
 def stack_id() -> str:
     """This process's stack id (the GPU is the first visible one)."""
-    import torch
+    from pytest_cudagraph import report
 
-    on_gpu = torch.cuda.is_available()
-    return stack_id_of(
-        platform.python_version(),
-        torch.__version__,
-        torch.version.cuda if on_gpu else None,
-        torch.cuda.get_device_name(0) if on_gpu else None,
-    )
+    facts = report.stack_facts()
+    if not facts.gpus:
+        return stack_id_of(facts.python, facts.torch, None, None)
+    return stack_id_of(facts.python, facts.torch, facts.torch_cuda, facts.gpus[0].name)
 
 
 def fill_stack_paths(options: dict[str, object], stack: Callable[[], str]) -> dict[str, object]:
