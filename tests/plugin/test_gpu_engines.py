@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from gpu_graph_helpers import make_eager, make_inputs
+from gpu_graph_helpers import make_eager, make_graphed, make_inputs
 
 from pytest_cudagraph import devices
 from pytest_cudagraph.captures import CaptureCounter
@@ -194,21 +194,7 @@ def test_counter_sees_compile_cudagraph_trees(cuda_device: torch.device) -> None
 
 def test_a_graph_returning_its_static_output_fails_parity(cuda_device: torch.device) -> None:
     eager = make_eager(cuda_device)
-    static_input = torch.zeros(8, 16, device=cuda_device)
-    side = torch.cuda.Stream(cuda_device)
-    side.wait_stream(torch.cuda.current_stream(cuda_device))
-    with torch.cuda.stream(side):
-        eager(static_input)
-    torch.cuda.current_stream(cuda_device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_output = eager(static_input)
-
-    def graphed(x: torch.Tensor) -> torch.Tensor:
-        static_input.copy_(x)
-        graph.replay()
-        return static_output  # overwritten by the next replay
-
+    graphed = make_graphed(cuda_device, eager, (8, 16), clone_output=False)
     result = ParityChecker(cuda_device).check(eager, graphed, make_inputs, cases=3)
     assert [outcome.passed for outcome in result.outcomes] == [True, False, False]
     assert "output: shares storage with case 0 output" in result.reason()
