@@ -54,17 +54,29 @@ def _forward(variant: str, **where: Any) -> dict[str, Any]:
     return {"bench": "ar_forward", "variant": variant, **where}
 
 
-# The goals of issue 15 on the H200, with the figures that came before them in
-# docs/benchmarks.md. "Fast path" is the lean step's graph; "exact" the upstream-bit-identical
-# graph; "own eager" the eager step a graph replays; compile runs on the same bf16 weights.
+# The one goal with a key filter; the replay-efficiency table marks the keys it judges.
+REPLAY_EFFICIENCY_GOAL = "replay efficiency from (8, 64) up, exact and lean"
+
+# The project's goals (docs/benchmarks.md gives the measurements behind them). "Exact graph":
+# the graph cache of the upstream-bit-identical step; "fast path": the graph cache of the lean
+# step; "own eager": the eager step a graph replays; compile runs on the same bf16 weights.
 GOALS: dict[str, Goal] = {
+    "exact graph vs upstream eager at (1, 64)": Goal(
+        5.0, "speedup_vs_eager", _forward("graph", key=[1, 64])
+    ),
+    "exact graph vs upstream eager at (8, 64)": Goal(
+        4.5, "speedup_vs_eager", _forward("graph", key=[8, 64])
+    ),
+    "exact graph vs its own eager, every key": Goal(1.0, "speedup_vs_own_eager", _forward("graph")),
+    "exact graph: compile s / capture s at (8, 64)": Goal(
+        50.0, "compile_over_capture", _forward("graph", key=[8, 64])
+    ),
     "fast path vs torch.compile, every key": Goal(
         1.0, "speedup_vs_compile", _forward("lean_graph")
     ),
     "fast path graph vs its own eager, every key": Goal(
         1.0, "speedup_vs_own_eager", _forward("lean_graph")
     ),
-    "exact graph vs its own eager, every key": Goal(1.0, "speedup_vs_own_eager", _forward("graph")),
     "fast path logits vs upstream, max relative difference": Goal(
         LEAN_TOLERANCE, "max_rel_diff", _forward("lean_eager"), at_least=False
     ),
@@ -72,17 +84,8 @@ GOALS: dict[str, Goal] = {
         1.0, "build_over_compile", _forward("lean_graph"), at_least=False
     ),
     "fast path build s, every key": Goal(1.0, "capture_s", _forward("lean_graph"), at_least=False),
-    "exact graph: compile s / capture s at (8, 64)": Goal(
-        50.0, "compile_over_capture", _forward("graph", key=[8, 64])
-    ),
-    "replay efficiency from (8, 64) up, exact and lean": Goal(
+    REPLAY_EFFICIENCY_GOAL: Goal(
         0.9, "efficiency", {"bench": "replay_efficiency"}, from_key=(8, 64)
-    ),
-    "exact graph vs upstream eager at (1, 64)": Goal(
-        5.0, "speedup_vs_eager", _forward("graph", key=[1, 64])
-    ),
-    "exact graph vs upstream eager at (8, 64)": Goal(
-        4.5, "speedup_vs_eager", _forward("graph", key=[8, 64])
     ),
     "sampler tokens/s, graphs on vs off at batch 8": Goal(
         3.0, "speedup_vs_eager", {"bench": "sampler", "variant": "graph", "batch": 8}
@@ -204,7 +207,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     entries = load_entries(report)
     machine_info = report.get("machine_info", {})
     forward = forward_by_key(entries)
-    efficiency_goal = GOALS["replay efficiency from (8, 64) up, exact and lean"]
+    efficiency_goal = GOALS[REPLAY_EFFICIENCY_GOAL]
     lines = [
         "# Benchmarks",
         "",
