@@ -145,8 +145,8 @@ COMPARISONS = (
 
 @dataclass(frozen=True)
 class GoalResult:
-    """A goal's worst figure over its matching entries, and where it was; figure None when
-    no entry measured it."""
+    """A goal's worst figure over its matching entries, and where it was (empty when its
+    entries carry no step, target, key or batch); figure None when no entry measured it."""
 
     goal: Goal
     figure: float | None
@@ -183,7 +183,7 @@ def judge_goals(entries: list[dict[str, Any]]) -> dict[str, GoalResult]:
     for name, goal in GOALS.items():
         measured = [e for e in entries if goal.admits(e) and goal.figure in e]
         if not measured:
-            results[name] = GoalResult(goal, None, "-")
+            results[name] = GoalResult(goal, None, "")
             continue
         pick = min if goal.at_least else max
         worst = pick(measured, key=lambda e: e[goal.figure])
@@ -514,7 +514,7 @@ def _goal_rows(results: dict[str, GoalResult]) -> list[list[str]]:
                 name,
                 f"{sign} {result.goal.threshold:g}",
                 _num(result.figure, 3),
-                result.worst_at,
+                result.worst_at or "-",
                 result.verdict,
             ]
         )
@@ -528,7 +528,7 @@ def _entry_label(entry: dict[str, Any]) -> str:
         parts.append(_key(entry["key"]))
     if "batch" in entry:
         parts.append(f"batch {entry['batch']}")
-    return " ".join(parts) or "-"
+    return " ".join(parts)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -628,13 +628,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot is not None and write_plot(report, args.plot):
         print(f"wrote {args.plot}")
     if args.check:
-        missed = [
-            f"{name}: {result.figure:g} at {result.worst_at}"
+        missed = {
+            name: result
             for name, result in judge_goals(load_entries(report)).items()
             if result.verdict == "missed"
-        ]
-        for line in missed:
-            print(f"goal missed: {line}", file=sys.stderr)
+        }
+        for name, result in missed.items():
+            where = f" at {result.worst_at}" if result.worst_at else ""
+            print(f"goal missed: {name}: {result.figure:g}{where}", file=sys.stderr)
         return 1 if missed else 0
     return 0
 
