@@ -24,6 +24,13 @@ def check_count(name: str, value: object) -> int:
     return check_int(name, value, minimum=1)
 
 
+def check_bool(name: str, value: object) -> bool:
+    """``value`` must be a bool (not merely truthy)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return value
+
+
 def check_seconds(name: str, value: object) -> float:
     """``value`` must be a finite number of seconds > 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -1,4 +1,5 @@
-"""The bundled conformance target: reasyn_ref's GraphCache around the upstream-sized decoder.
+"""The bundled conformance targets: reasyn_ref's GraphCache around the upstream-sized decoder,
+running the upstream step (``reasyn``) or the lean step (``reasyn-lean``).
 
 ``pytest --pyargs pytest_cudagraph.conformance`` checks this target unless
 ``--cudagraph-target`` names another. On CUDA the decoder has the default (upstream) config,
@@ -27,6 +28,7 @@ from .capture import CaptureCache
 from .checkpoint import save_checkpoint
 from .config import DecoderConfig
 from .graph_cache import GraphCache, GraphKey, check_graph_inputs
+from .lean import LeanDecoder
 from .model import ar_step_logits, expand_memory, seeded_decoder
 from .sampler import ARSampler
 from .workers import SampleJob, WorkerPool
@@ -47,7 +49,10 @@ TARGET_SEED = 1  # the memory the sampler and the worker jobs decode from
 SAMPLE_PREFIX_LENGTHS = (1, 5, 17, 40, 63, 70)
 SAMPLE_MAX_LEN = 96
 SAMPLE_MEMORY_LEN = 64
-WORKER_JOB_SEEDS = (11, 12, 13, 14)
+# Worker jobs: one per worker of the two the check starts; rows stop at WORKER_MAX_LEN (past the
+# 64 bucket), since what is checked is the shared lock and the answers, not long sampling.
+WORKER_JOB_SEEDS = (11, 12)
+WORKER_MAX_LEN = 72
 
 
 def key_for_case(case: int) -> tuple[int, int, int, bool]:
@@ -62,6 +67,12 @@ def key_for_case(case: int) -> tuple[int, int, int, bool]:
 def make_target(device: torch.device) -> CudaGraphTarget:
     """The conformance target for ``device`` (a CUDA device, or the CPU for the CPU-only checks)."""
     return ReferenceTarget(device).as_target()
+
+
+def make_lean_target(device: torch.device) -> CudaGraphTarget:
+    """``make_target`` with the lean step: its graphs are checked against the lean step run
+    eagerly, and its sampler, workers and refusals run with ``lean=True``."""
+    return ReferenceTarget(device, lean=True).as_target()
 
 
 class SeededTarget:
@@ -114,16 +125,27 @@ class SeededTarget:
 
 
 class ReferenceTarget(SeededTarget):
-    """The decoder, its graph cache and what the checks call them with. ``cache_class`` and
-    ``sampler_class`` let the project's tests swap in deliberately broken ones."""
+    """The decoder, its graph cache and what the checks call them with; ``lean`` picks the step
+    (the cache's, the sampler's and the workers'). ``cache_class`` and ``sampler_class`` let the
+    project's tests swap in deliberately broken ones."""
 
     num_keys = NUM_KEYS
     largest_case = LARGEST_CASE
     sampler_class: type[ARSampler] = ARSampler
 
-    def __init__(self, device: torch.device, cache_class: type[GraphCache] = GraphCache) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        cache_class: type[GraphCache] = GraphCache,
+        *,
+        lean: bool = False,
+    ) -> None:
         super().__init__(device)
-        self.cache = cache_class(self.decoder, device) if device.type == "cuda" else None
+        self.lean = lean
+        # The eager side of parity: the step the graphs capture, on the decoder's own weights.
+        self.eager_decoder = LeanDecoder(self.decoder) if lean else self.decoder
+        on_cuda = device.type == "cuda"
+        self.cache = cache_class(self.decoder, device, lean=lean) if on_cuda else None
         self._checkpoint_dir: tempfile.TemporaryDirectory[str] | None = None
 
     def as_target(self) -> CudaGraphTarget:
@@ -134,13 +156,13 @@ class ReferenceTarget(SeededTarget):
 
     def eager(self, inputs: Inputs) -> Tensor:
         return ar_step_logits(
-            self.decoder,
+            self.eager_decoder,
             inputs["tokens"],
             inputs["memory"],
             inputs["memory_padding_mask"],
             inputs["gather"],
             rows=inputs["rows"],
-            bf16=True,
+            bf16=not self.lean,  # the lean step is bf16 itself
         )
 
     def graphed(self, inputs: Inputs) -> Tensor:
@@ -211,7 +233,7 @@ class ReferenceTarget(SeededTarget):
         """Sampled tokens for fixed prefixes and memory under ``seed``, graphs on or off (the
         sampler's own switch, which REASYN_CUDAGRAPH sets when it is not given)."""
         sampler = self.sampler_class(
-            self.decoder, bf16=True, batched=True, bucket=True, cudagraph=graphs
+            self.decoder, bf16=True, batched=True, bucket=True, cudagraph=graphs, lean=self.lean
         )
         memory, padding = sample_target(self.config)
         memory, padding = memory.to(self.device), padding.to(self.device)
@@ -226,7 +248,7 @@ class ReferenceTarget(SeededTarget):
         returns (the pool's results, the eager results)."""
         memory, padding = sample_target(self.config)
         jobs = [
-            SampleJob(memory, padding, sample_prefixes(self.config), seed, max_len=SAMPLE_MAX_LEN)
+            SampleJob(memory, padding, sample_prefixes(self.config), seed, max_len=WORKER_MAX_LEN)
             for seed in WORKER_JOB_SEEDS
         ]
         with WorkerPool(
@@ -238,10 +260,11 @@ class ReferenceTarget(SeededTarget):
             device_type="cuda",
             cudagraph=graphs,
             bf16=True,
+            lean=self.lean,
         ) as pool:
             results = pool.map(jobs)
         # As the workers build theirs: batching and bucketing from the environment.
-        sampler = ARSampler(self.decoder, bf16=True, cudagraph=False)
+        sampler = ARSampler(self.decoder, bf16=True, cudagraph=False, lean=self.lean)
         expected = [
             sampler.sample(
                 memory.to(self.device),
@@ -266,30 +289,31 @@ class ReferenceTarget(SeededTarget):
 
     def unsupported_modes(self) -> dict[str, tuple[Callable[[], object], str]]:
         """Settings and inputs graphs do not support, each with the error it must raise."""
-        decoder = self.decoder
+        decoder, lean = self.decoder, self.lean
+        graphs = functools.partial(ARSampler, decoder, cudagraph=True, lean=lean)
         modes: dict[str, tuple[Callable[[], object], str]] = {
             "graphs without bf16": (
-                lambda: ARSampler(decoder, cudagraph=True, bf16=False, batched=True, bucket=True),
+                lambda: graphs(bf16=False, batched=True, bucket=True),
                 r"needs bf16=True",
             ),
             "graphs without bucketing": (
-                lambda: ARSampler(decoder, cudagraph=True, bf16=True, batched=True, bucket=False),
+                lambda: graphs(bf16=True, batched=True, bucket=False),
                 r"needs bucket=True",
             ),
             "graphs without batching": (
-                lambda: ARSampler(decoder, cudagraph=True, bf16=True, batched=False, bucket=True),
+                lambda: graphs(bf16=True, batched=False, bucket=True),
                 r"needs batched=True",
             ),
         }
         if self.cache is None:
             modes["graphs without CUDA"] = (
-                lambda: GraphCache(decoder, self.device),
+                lambda: GraphCache(decoder, self.device, lean=lean),
                 r"GraphCache needs CUDA",
             )
             return modes
         cpu_decoder = seeded_decoder(DecoderConfig.tiny(), MODEL_SEED)
         modes["graphs of a decoder on the CPU"] = (
-            lambda: GraphCache(cpu_decoder, "cpu"),
+            lambda: GraphCache(cpu_decoder, "cpu", lean=lean),
             r"needs the decoder on a CUDA device",
         )
         for name, (change, message) in BAD_INPUTS.items():

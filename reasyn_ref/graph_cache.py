@@ -1,4 +1,4 @@
-"""A per-shape CUDA-graph cache around the decoder's bf16 AR step.
+"""A per-shape CUDA-graph cache around the decoder's bf16 AR step, exact or lean.
 
 One graph per ``GraphKey`` of an ``ARStep``: every shape and layout the forward depends on is
 in the key, and every tensor it reads (tokens, gather, memory and its padding mask) is a
@@ -7,7 +7,10 @@ static buffer refreshed on each call, so a new target on a cached key gets its o
 ``model.ar_step_logits(..., bf16=True)`` on the same inputs, so its logits are bit-identical
 to eager. The graphs run a copy of the decoder with bf16 matmul weights
 (``model.with_bf16_matmul_weights``; same results, fewer kernels), taken when the cache is
-built: after changing the decoder's weights, build a new cache.
+built: after changing the decoder's weights, build a new cache. With ``lean=True`` the graphs
+run the lean step instead (``lean.LeanDecoder``: faster, within ``LEAN_TOLERANCE`` of the
+upstream step, not equal to it), and a replay is bit-identical to that lean step run eagerly.
+Either way ``cache.eager(step)`` is the eager step the graphs replay.
 
 Bit-identity also needs the memory's layout: one target's memory expanded over the batch (as
 the sampler passes it) and a memory per row take different matmul paths, so the key says which
@@ -32,8 +35,10 @@ from torch import Tensor, nn
 from .bucketing import SEQ_BUCKET, is_batch_bucket, is_seq_bucket
 from .capture import LRU as LRU  # re-exported: callers written before capture.py import it here
 from .capture import CaptureCache, check_capture_settings
+from .checks import check_bool
 from .config import DecoderConfig
-from .model import step_context, with_bf16_matmul_weights
+from .lean import LeanDecoder
+from .model import ar_step_logits, step_context, with_bf16_matmul_weights
 from .step import ARStep, GraphKey, as_step
 
 MEMORY_BUCKET = SEQ_BUCKET
@@ -64,7 +69,8 @@ class GraphEntry:
 
 
 class GraphCache(CaptureCache[GraphKey, GraphEntry]):
-    """CUDA graphs of ``decoder``'s bf16 AR step, one per step key, LRU-bounded.
+    """CUDA graphs of ``decoder``'s bf16 AR step (``lean``: its lean step), one per step key,
+    LRU-bounded.
 
     ``cache(step)`` takes an ``ARStep`` in the bucketed layout on the decoder's device and
     returns fp32 logits [step.rows, vocab], a tensor of its own that later calls never
@@ -87,9 +93,11 @@ class GraphCache(CaptureCache[GraphKey, GraphEntry]):
         decoder: nn.Module,
         device: torch.device | str | int,
         *,
+        lean: bool = False,
         capacity: int = 3,
         warmups: int = 3,
     ) -> None:
+        check_bool("lean", lean)
         check_capture_settings("GraphCache", capacity, warmups)
         weight = next(decoder.parameters(), None)
         if weight is None:
@@ -111,10 +119,14 @@ class GraphCache(CaptureCache[GraphKey, GraphEntry]):
         self.decoder = decoder
         self.config: DecoderConfig = decoder.config
         self.memory_dtype = weight.dtype
+        self.lean = lean
         with torch.cuda.device(device):
-            # What the graphs run: bit-identical to the decoder under bf16 autocast, fewer
-            # kernels. Copied inside the device's context, like everything the cache creates.
-            self._graph_decoder = with_bf16_matmul_weights(decoder)
+            # What the graphs run, copied inside the device's context like everything the cache
+            # creates: the lean step, or the decoder with bf16 matmul weights (bit-identical to
+            # it under bf16 autocast, fewer kernels).
+            self._graph_decoder = (
+                LeanDecoder(decoder) if lean else with_bf16_matmul_weights(decoder)
+            )
 
     def __call__(
         self, step: ARStep | Tensor, *loose: Tensor | None, rows: int | None = None
@@ -130,13 +142,21 @@ class GraphCache(CaptureCache[GraphKey, GraphEntry]):
             self.stats.replays += 1
             return self.copy_out(entry, step.rows)
 
+    def eager(self, step: ARStep) -> Tensor:
+        """The eager step the graphs replay, on the same weights copy: fp32 logits
+        [step.rows, vocab], bit-identical to ``cache(step)``. Any shapes; no graph involved."""
+        if not isinstance(step, ARStep):
+            raise TypeError(f"step must be an ARStep, got {type(step).__name__}")
+        return ar_step_logits(self._graph_decoder, step, bf16=not self.lean)
+
     # --- stages (public: see the class docstring; warm_up and capture are CaptureCache's) ----
 
     def static_step(self, entry: GraphEntry) -> Tensor:
         """The eager step's forward on the entry's static inputs: what warm-ups run and the
         capture records."""
         memory = entry.memory.expand(entry.key.batch, -1, -1)  # a view; no-op for per-row memory
-        with step_context(self.device, bf16=True):
+        # The lean step is bf16 throughout; the exact one runs under bf16 autocast.
+        with step_context(self.device, bf16=not self.lean):
             return self._graph_decoder(
                 entry.tokens, memory, entry.memory_padding_mask, entry.gather
             )

@@ -372,14 +372,16 @@ def step_context(device: torch.device, bf16: bool) -> contextlib.AbstractContext
 
 
 def ar_step_logits(
-    decoder: Decoder,
+    decoder: nn.Module,
     step: ARStep | Tensor,
     *loose: Tensor | None,
     rows: int | None = None,
     bf16: bool,
 ) -> Tensor:
     """The eager AR step that the graph cache captures: fp32 logits of ``step``'s real rows
-    (the rest are bucket padding), as a tensor of its own. ``ar_step_logits(decoder, tokens,
+    (the rest are bucket padding), as a tensor of its own. ``decoder`` is a ``Decoder`` (with
+    ``bf16``: under bf16 autocast) or a ``lean.LeanDecoder`` (bf16 itself: ``bf16=False``).
+    ``ar_step_logits(decoder, tokens,
     memory, memory_padding_mask, gather, rows=..., bf16=...)``, the form before ARStep, is
     still accepted."""
     step = as_step(step, loose, rows)

@@ -27,9 +27,10 @@ import torch
 from torch import Tensor
 
 from .bucketing import bucket_batch, bucket_memory, bucket_seq
-from .checks import describe, token_id
+from .checks import check_bool, describe, token_id
 from .config import DecoderConfig
 from .env import resolve_toggle
+from .lean import LeanDecoder
 from .model import Decoder, ar_step_logits, check_token_values, expand_memory
 from .step import ARStep
 
@@ -147,6 +148,11 @@ class ARSampler(TargetSampler):
     ``REASYN_BUCKET``, ``REASYN_CUDAGRAPH``); explicit arguments win. The resolved flags are
     the attributes ``batched``, ``bf16``, ``bucket`` and ``cudagraph``. ``temperature``: see
     ``TargetSampler``.
+
+    ``lean=True`` runs the lean step (``lean.LeanDecoder``), eagerly or graphed, instead of the
+    upstream step: faster, within ``LEAN_TOLERANCE`` of it rather than equal, so its samples can
+    differ from upstream's. It needs the batched bf16 path. Off by default: the upstream step's
+    samples are the ones upstream's users know, bit for bit.
     """
 
     def __init__(
@@ -159,18 +165,29 @@ class ARSampler(TargetSampler):
         bucket: bool | None = None,
         cudagraph: bool | None = None,
         graph_capacity: int = 3,
+        lean: bool = False,
     ) -> None:
         super().__init__(decoder, temperature=temperature, bf16=bf16, cudagraph=cudagraph)
         self.batched = resolve_toggle("REASYN_BATCHED_AR", batched)
         self.bucket = resolve_toggle("REASYN_BUCKET", bucket)
-        self.graph_cache: GraphCache | None = None
+        self.lean = check_bool("lean", lean)
         if self.cudagraph:
             check_graph_settings(
                 batched=self.batched, bucket=self.bucket, bf16=self.bf16, device=self.device
             )
+        if lean and not (self.batched and self.bf16):
+            raise ValueError(
+                "lean=True needs batched=True and bf16=True (REASYN_BATCHED_AR=1, REASYN_BF16=1):"
+                " the lean step is the batched step in bf16"
+            )
+        self.graph_cache: GraphCache | None = None
+        self.lean_decoder: LeanDecoder | None = None
+        if self.cudagraph:
             from .graph_cache import GraphCache  # only graph runs need it
 
-            self.graph_cache = GraphCache(decoder, self.device, capacity=graph_capacity)
+            self.graph_cache = GraphCache(decoder, self.device, lean=lean, capacity=graph_capacity)
+        elif lean:
+            self.lean_decoder = LeanDecoder(decoder)
 
     def _decode(self, call: SampleCall) -> list[list[int]]:
         memory, memory_padding_mask = call.memory, call.memory_padding_mask
@@ -200,6 +217,8 @@ class ARSampler(TargetSampler):
             raise TypeError(f"step must be an ARStep, got {type(step).__name__}")
         if self.graph_cache is not None:
             return self.graph_cache(step)
+        if self.lean_decoder is not None:
+            return ar_step_logits(self.lean_decoder, step, bf16=False)
         return ar_step_logits(self.decoder, step, bf16=self.bf16)
 
     def _step(

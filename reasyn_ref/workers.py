@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from .checkpoint import load_checkpoint
-from .checks import check_count, check_int, check_seconds, describe, token_id
+from .checks import check_bool, check_count, check_int, check_seconds, describe, token_id
 from .env import resolve_toggle
 from .model import Decoder
 from .sampler import ARSampler
@@ -133,9 +133,10 @@ class WorkerPool:
     """``num_gpus * num_workers_per_gpu`` spawned workers, each with its own ARSampler.
 
     ``pool.map(jobs)`` returns each job's result in input order. Flags left as None come from
-    ``REASYN_CUDAGRAPH`` / ``REASYN_BF16``; explicit arguments win. ``timeout`` bounds each wait
-    for a worker's answer during ``map``, ``startup_timeout`` the wait for every worker to be
-    ready (importing torch, binding the GPU, loading the model) in the constructor.
+    ``REASYN_CUDAGRAPH`` / ``REASYN_BF16``; explicit arguments win; ``lean`` picks the workers'
+    step (``ARSampler``'s). ``timeout`` bounds each wait for a worker's answer during ``map``,
+    ``startup_timeout`` the wait for every worker to be ready (importing torch, binding the GPU,
+    loading the model) in the constructor.
     ``job_fn(sampler, job)`` is what a worker runs per job; it must be a module-level function
     the workers can import.
     """
@@ -149,6 +150,7 @@ class WorkerPool:
         device_type: str = "cuda",
         cudagraph: bool | None = None,
         bf16: bool | None = None,
+        lean: bool = False,
         timeout: float = 120.0,
         startup_timeout: float = 300.0,
         job_fn: Callable[[ARSampler, SampleJob], Any] = run_sample_job,
@@ -161,6 +163,9 @@ class WorkerPool:
         check_seconds("startup_timeout", startup_timeout)
         cudagraph = resolve_toggle("REASYN_CUDAGRAPH", cudagraph)
         bf16 = resolve_toggle("REASYN_BF16", bf16)
+        check_bool("lean", lean)
+        if lean and not bf16:
+            raise ValueError("lean=True needs bf16=True (REASYN_BF16=1): the lean step is bf16")
         if cudagraph and device_type != "cuda":
             raise ValueError("cudagraph=True needs device_type='cuda'")
         if cudagraph and num_workers_per_gpu != 1:
@@ -199,7 +204,9 @@ class WorkerPool:
         self._map_lock = threading.RLock()  # close() takes it too, also from map's _fail
         self._closed = False
         self._call_ids = itertools.count(1)  # 0 is the startup's
-        settings = _WorkerSettings(os.fspath(checkpoint), device_type, cudagraph, bf16, job_fn)
+        settings = _WorkerSettings(
+            os.fspath(checkpoint), device_type, cudagraph, bf16, lean, job_fn
+        )
         try:
             for rank in range(len(self.devices)):
                 gpu = rank // num_workers_per_gpu
@@ -381,6 +388,7 @@ class _WorkerSettings:
     device_type: str
     cudagraph: bool
     bf16: bool
+    lean: bool
     job_fn: Callable[[ARSampler, SampleJob], Any]
 
 
@@ -400,7 +408,12 @@ def _worker_main(settings: _WorkerSettings, gpu: int, lock: Any, connection: Con
                 f"{settings.checkpoint} holds a model of type {type(decoder).__name__}; "
                 "workers need a Decoder"
             )
-        sampler = ARSampler(decoder.to(device), bf16=settings.bf16, cudagraph=settings.cudagraph)
+        sampler = ARSampler(
+            decoder.to(device),
+            bf16=settings.bf16,
+            cudagraph=settings.cudagraph,
+            lean=settings.lean,
+        )
     except Exception:
         connection.send(("failed", 0, None, traceback.format_exc()))
         return

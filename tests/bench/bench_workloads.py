@@ -4,6 +4,8 @@ store the ratios are computed from."""
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,11 +27,15 @@ __all__ = [
     "make_decoder",
     "make_memory",
     "needs_cuda",
+    "paired_speedup",
     "warm_up",
 ]
 
 # (bucketed batch, bucketed sequence) of the AR forward; memory length MEMORY_LEN throughout.
 FORWARD_KEYS = [(1, 64), (8, 64), (16, 128), (64, 128), (256, 512)]
+# Interleaved (slow, fast) call pairs behind a paired speed-up, and the seconds they may take.
+PAIRS = 30
+PAIRS_BUDGET_S = 5.0
 
 # The samplers' workload: SAMPLE_BATCHES rows from the start token to SAMPLE_MAX_LEN tokens (it
 # crosses one sequence bucket: keys (Bb, 64) and (Bb, 128)), timed over SAMPLE_ROUNDS rounds.
@@ -80,6 +86,26 @@ def benchmark_sampling(
     assert tokens == batch * (SAMPLE_MAX_LEN - 1), "a row stopped early: the END rig did not hold"
     benchmark.extra_info.update(info, batch=batch, tokens=tokens)
     return rows
+
+
+def paired_speedup(slow: Callable[[], Any], fast: Callable[[], Any]) -> float:
+    """Median over interleaved pairs of (``slow`` ms / ``fast`` ms), each call timed alone
+    between CUDA events: both calls of a pair see the same clocks and temperature, so drift
+    that a comparison of two separately timed medians would take for a difference cancels.
+    PAIRS pairs, fewer when they would take more than PAIRS_BUDGET_S (at least 5)."""
+
+    def ms(call: Callable[[], Any]) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    first = ms(slow) + ms(fast)
+    pairs = max(5, min(PAIRS, int(PAIRS_BUDGET_S * 1e3 / first)))
+    return statistics.median(ms(slow) / ms(fast) for _ in range(pairs))
 
 
 class BenchResults:

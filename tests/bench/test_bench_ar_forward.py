@@ -1,10 +1,15 @@
-"""The AR forward at the default config in bf16 (memory length 64): eager, torch.compile
-"reduce-overhead" and the graph cache, per (batch, seq) key.
+"""The AR forward at the default config, memory length 64, per (batch, seq) key: the upstream
+eager step, the same step on bf16 weights (what the exact graphs replay), the lean step, torch.compile
+"reduce-overhead" on those same bf16 weights, and the graph cache of the exact and of the lean step.
 
 Every variant is timed the same way: one call per round (input staging, forward and the fp32
-copy of the logits, as the sampler makes it once per step) between device synchronizations.
-The test functions run in this order, eager, compile, graph, so that each key's graph
-benchmark finds its partners' figures in ``bench_results`` and records the ratios in this run.
+copy of the logits, as the sampler makes it once per step) between device synchronizations. The
+variants of one key run next to each other, partners first (``VARIANTS`` order), so that each
+benchmark finds its partners' figures in ``bench_results`` and the GPU is in the same state for
+all of them. A graph's speed-up over its own eager step is timed again in interleaved pairs
+(``paired_speedup``), which keeps clock drift out of that ratio where the two are close.
+compile runs before the key's graphs are captured: a graph kept alive while compile's CUDA-graph
+trees record has crashed the process (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -15,22 +20,32 @@ from functools import partial
 
 import pytest
 import torch
-from bench_workloads import FORWARD_KEYS, MEMORY_LEN, forward_inputs, key_id, needs_cuda, warm_up
+from bench_workloads import (
+    FORWARD_KEYS,
+    MEMORY_LEN,
+    forward_inputs,
+    key_id,
+    needs_cuda,
+    paired_speedup,
+    warm_up,
+)
 
 from reasyn_ref.graph_cache import GraphCache
-from reasyn_ref.model import ar_step_logits, step_context
+from reasyn_ref.model import ar_step_logits, step_context, with_bf16_matmul_weights
 
 pytestmark = needs_cuda
 
-# torch.compile takes seconds per shape: only the two small keys the goals are about.
-COMPILE_KEYS = [(1, 64), (8, 64)]
 # compile may reorder bf16 arithmetic, so its logits only agree with eager's to within this
 # fraction of the largest eager logit (a few bf16 ulps).
 COMPILE_TOLERANCE = 5e-2
-
-
-def _info(variant: str, key: tuple[int, int]) -> dict:
-    return {"bench": "ar_forward", "variant": variant, "key": list(key), "memory_len": MEMORY_LEN}
+VARIANTS = [
+    "eager",
+    "eager_bf16",
+    "lean_eager",
+    pytest.param("compile", marks=pytest.mark.slow),  # seconds of compiling per key
+    "graph",
+    "lean_graph",
+]
 
 
 def _first_call(step: Callable[[], torch.Tensor]) -> tuple[float, torch.Tensor]:
@@ -41,76 +56,105 @@ def _first_call(step: Callable[[], torch.Tensor]) -> tuple[float, torch.Tensor]:
     return time.perf_counter() - start, out
 
 
+def _relative_difference(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got - want).abs().max() / want.abs().max()).item()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)  # the inner loop: a key's variants together
 @pytest.mark.parametrize("key", FORWARD_KEYS, ids=key_id)
-def test_eager(key, default_decoder, cuda_device, cuda_benchmark, bench_results):
+def test_ar_forward(key, variant, default_decoder, cuda_device, cuda_benchmark, bench_results):
     ar_step = forward_inputs(default_decoder.config, key, cuda_device)
-    step = partial(ar_step_logits, default_decoder, ar_step, bf16=True)
+    upstream = ar_step_logits(default_decoder, ar_step, bf16=True)
+    if variant == "eager":
+        figures = _benchmark_upstream(default_decoder, ar_step, cuda_benchmark)
+    elif variant == "compile":
+        figures = _benchmark_compile(default_decoder, ar_step, upstream, cuda_benchmark)
+    else:
+        cache = GraphCache(default_decoder, cuda_device, lean=variant.startswith("lean"))
+        if variant in ("eager_bf16", "lean_eager"):
+            figures = _benchmark_eager_step(cache, ar_step, upstream, cuda_benchmark)
+        else:
+            compile_s = bench_results.get(("ar_forward", "compile", key), "compile_s")
+            figures = _benchmark_graph(cache, ar_step, cuda_benchmark, compile_s)
+        cache.clear()
+    info = cuda_benchmark.extra_info
+    info.update(figures, bench="ar_forward", variant=variant, key=list(key), memory_len=MEMORY_LEN)
+    median = bench_results.record(cuda_benchmark, ("ar_forward", variant, key), **figures)
+    eager_median = bench_results.get(("ar_forward", "eager", key))
+    bench_results.ratio(info, "speedup_vs_eager", eager_median, median)
+    if variant.endswith("graph"):
+        compile_median = bench_results.get(("ar_forward", "compile", key))
+        bench_results.ratio(info, "speedup_vs_compile", compile_median, median)
+
+
+def _benchmark_upstream(decoder, ar_step, benchmark) -> dict:
+    step = partial(ar_step_logits, decoder, ar_step, bf16=True)
     warm_up(step)
-    cuda_benchmark(step)
-    cuda_benchmark.extra_info.update(_info("eager", key))
-    bench_results.record(cuda_benchmark, ("ar_forward", "eager", key))
+    benchmark(step)
+    return {}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("key", COMPILE_KEYS, ids=key_id)
-def test_compile(key, default_decoder, cuda_device, cuda_benchmark, bench_results):
+def _benchmark_eager_step(cache, ar_step, upstream, benchmark) -> dict:
+    """The eager step a cache's graphs replay, and how far its logits are from upstream's."""
+    step = partial(cache.eager, ar_step)
+    logits = step()
+    warm_up(step)
+    benchmark(step)
+    return {
+        "max_rel_diff": _relative_difference(logits, upstream),
+        "argmax_agreement": (logits.argmax(-1) == upstream.argmax(-1)).float().mean().item(),
+    }
+
+
+def _benchmark_graph(cache, ar_step, benchmark, compile_s: float | None) -> dict:
+    """A cache's graph: its build seconds (buffers, warm-ups, capture: the first call), its
+    replay time, and its speed-up over its own eager step in interleaved pairs. Its answer must
+    be its eager step's, bit for bit."""
+    step, eager = partial(cache, ar_step), partial(cache.eager, ar_step)
+    capture_s, first = _first_call(step)
+    assert torch.equal(first, eager()), "graph logits differ from its eager step"
+    warm_up(step)
+    benchmark(step)
+    figures = {
+        "capture_s": capture_s,
+        "own_eager": "lean_eager" if cache.lean else "eager_bf16",
+        "speedup_vs_own_eager": paired_speedup(eager, step),
+    }
+    if compile_s:
+        figures.update(
+            compile_over_capture=compile_s / capture_s, build_over_compile=capture_s / compile_s
+        )
+    return figures
+
+
+def _benchmark_compile(decoder, ar_step, upstream, benchmark) -> dict:
+    """torch.compile "reduce-overhead" on the bf16-weight copy the exact graphs run (the same
+    weights), from a cold compile cache so the compile seconds are what a fresh process pays."""
     from torch._dynamo.utils import counters
     from torch._inductor.cudagraph_trees import reset_cudagraph_trees
     from torch._inductor.utils import fresh_inductor_cache
 
-    ar_step = forward_inputs(default_decoder.config, key, cuda_device)
-    eager = ar_step_logits(default_decoder, ar_step, bf16=True)
+    device = ar_step.device
     torch._dynamo.reset()
     counters.clear()
-    # A cold compile cache, so that the compile seconds are what a fresh process pays.
     with fresh_inductor_cache():
-        compiled = torch.compile(default_decoder, mode="reduce-overhead", dynamic=False)
+        compiled = torch.compile(
+            with_bf16_matmul_weights(decoder), mode="reduce-overhead", dynamic=False
+        )
         step = partial(ar_step_logits, compiled, ar_step, bf16=True)
         compile_s, _ = _first_call(step)
         warm_up(step)  # CUDA-graph trees record on a later call than the first
-        with step_context(cuda_device, bf16=True):
+        with step_context(device, bf16=True):
             forward_args = (ar_step.tokens, ar_step.memory, ar_step.memory_padding_mask)
             raw_dtype = compiled(*forward_args, ar_step.gather).dtype  # the output is not kept
         assert raw_dtype == torch.bfloat16, f"compiled forward ran in {raw_dtype}, not bf16"
         skips = counters["inductor"]["cudagraph_skips"]
         assert skips == 0, f"torch.compile skipped CUDA graphs {skips} time(s): not reduce-overhead"
         graphs = counters["stats"]["unique_graphs"]  # more than one: graph breaks
-        max_rel_diff = ((step() - eager).abs().max() / eager.abs().max()).item()
+        max_rel_diff = _relative_difference(step(), upstream)
         assert max_rel_diff <= COMPILE_TOLERANCE, f"compiled logits off eager by {max_rel_diff:.3g}"
-        cuda_benchmark(step)
-    info = cuda_benchmark.extra_info
-    info.update(
-        _info("compile", key), compile_s=compile_s, max_rel_diff=max_rel_diff, fx_graphs=graphs
-    )
-    label = ("ar_forward", "compile", key)
-    median = bench_results.record(cuda_benchmark, label, compile_s=compile_s)
-    eager_median = bench_results.get(("ar_forward", "eager", key))
-    bench_results.ratio(info, "speedup_vs_eager", eager_median, median)
+        benchmark(step)
     del compiled, step
     torch._dynamo.reset()
     reset_cudagraph_trees()  # frees their memory pool (torch 2.7's dynamo.reset() does not)
-
-
-@pytest.mark.parametrize("key", FORWARD_KEYS, ids=key_id)
-def test_graph(key, default_decoder, cuda_device, cuda_benchmark, bench_results):
-    ar_step = forward_inputs(default_decoder.config, key, cuda_device)
-    eager = ar_step_logits(default_decoder, ar_step, bf16=True)
-    cache = GraphCache(default_decoder, cuda_device)
-    step = partial(cache, ar_step)
-    capture_s, first = _first_call(step)  # buffers, warm-ups, capture and the first replay
-    assert torch.equal(first, eager), "graph logits differ from eager: the cache is not exact"
-    warm_up(step)
-    cuda_benchmark(step)
-    info = cuda_benchmark.extra_info
-    info.update(
-        _info("graph", key),
-        capture_s=capture_s,
-        cache_capture_s=sum(cache.stats.capture_seconds.values()),
-    )
-    median = bench_results.record(cuda_benchmark, ("ar_forward", "graph", key))
-    eager_label, compile_label = ("ar_forward", "eager", key), ("ar_forward", "compile", key)
-    bench_results.ratio(info, "speedup_vs_eager", bench_results.get(eager_label), median)
-    bench_results.ratio(info, "speedup_vs_compile", bench_results.get(compile_label), median)
-    compile_s = bench_results.get(compile_label, "compile_s")
-    bench_results.ratio(info, "compile_over_capture", compile_s, capture_s)
-    cache.clear()
+    return {"compile_s": compile_s, "max_rel_diff": max_rel_diff, "fx_graphs": graphs}

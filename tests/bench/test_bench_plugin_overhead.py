@@ -1,15 +1,19 @@
 """What the plugin's own checks cost: a 64-case parity check and one NVML memory probe.
 
-On the GPU the parity check compares eager and the graph cache at the default config over four
-keys, the way a user's test does (graphs captured in the warm-up round). On CPU it runs the
+On the GPU the parity check compares the graph cache with its eager step at the default config
+over four keys, the way a user's test does (graphs captured in the warm-up round), for the exact
+step (eager: the upstream step) and the lean step (eager: the lean step run eagerly); beside its
+time, the time of the same 128 calls alone, so that the checker's own share can be read. On CPU it runs the
 same check at the tiny config with eager on both sides: the engine's own cost (inputs, seeded
 RNG, comparison), so that CI keeps it running.
 """
 
 from __future__ import annotations
 
+import time
 from functools import partial
 
+import pytest
 import torch
 from bench_workloads import MEMORY_LEN, needs_cuda
 
@@ -48,10 +52,9 @@ def parity_inputs(config: DecoderConfig, generator: torch.Generator, case: int) 
     return ARStep(tokens, memory, mask, lengths - 1, batch)
 
 
-def benchmark_parity_check(benchmark, decoder: Decoder, graphed) -> None:
-    """Time one 64-case check of ``graphed`` against eager; every case must match exactly."""
+def benchmark_parity_check(benchmark, decoder: Decoder, eager, graphed) -> None:
+    """Time one 64-case check of ``graphed`` against ``eager``; every case must match exactly."""
     checker = ParityChecker(next(decoder.parameters()).device)
-    eager = partial(ar_step_logits, decoder, bf16=True)
     make_inputs = partial(parity_inputs, decoder.config)
     result = benchmark.pedantic(
         checker.check, args=(eager, graphed, make_inputs, CASES), rounds=ROUNDS, warmup_rounds=1
@@ -59,25 +62,48 @@ def benchmark_parity_check(benchmark, decoder: Decoder, graphed) -> None:
     assert result.ok and result.checked == CASES, result.reason()
 
 
+def calls_alone_s(decoder: Decoder, eager, graphed) -> float:
+    """Seconds of the check's 128 calls (each case's eager and graphed call) without the
+    checker: inputs drawn beforehand, one synchronization at the end."""
+    device = next(decoder.parameters()).device
+    inputs = [
+        parity_inputs(decoder.config, torch.Generator(device).manual_seed(case), case)
+        for case in range(CASES)
+    ]
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for step in inputs:
+        eager(step)
+        graphed(step)
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
 def test_parity_check_cpu_tiny(benchmark):
     decoder = seeded_decoder(DecoderConfig.tiny(), 0)
-    benchmark_parity_check(benchmark, decoder, partial(ar_step_logits, decoder, bf16=True))
+    eager = partial(ar_step_logits, decoder, bf16=True)
+    benchmark_parity_check(benchmark, decoder, eager, eager)
     benchmark.extra_info.update(
         bench="plugin_overhead", variant="parity_check", device="cpu", config="tiny", cases=CASES
     )
 
 
 @needs_cuda
-def test_parity_check_gpu_default(cuda_benchmark, cuda_device, default_decoder):
-    cache = GraphCache(default_decoder, cuda_device, capacity=len(PARITY_KEYS))
-    benchmark_parity_check(cuda_benchmark, default_decoder, cache)
+@pytest.mark.parametrize("step_kind", ["exact", "lean"])
+def test_parity_check_gpu_default(step_kind, cuda_benchmark, cuda_device, default_decoder):
+    lean = step_kind == "lean"
+    cache = GraphCache(default_decoder, cuda_device, lean=lean, capacity=len(PARITY_KEYS))
+    eager = cache.eager if lean else partial(ar_step_logits, default_decoder, bf16=True)
+    benchmark_parity_check(cuda_benchmark, default_decoder, eager, cache)
     cuda_benchmark.extra_info.update(
         bench="plugin_overhead",
         variant="parity_check",
         device="cuda",
         config="default",
+        step=step_kind,
         cases=CASES,
         captures=cache.stats.captures,
+        calls_alone_s=calls_alone_s(default_decoder, eager, cache),
     )
     cache.clear()
 

@@ -1,4 +1,5 @@
-"""Replay efficiency: how close a graph-cache call comes to the time of its kernels alone.
+"""Replay efficiency: how close a graph-cache call comes to the time of its kernels alone, for
+the exact and the lean step's graphs.
 
 The benchmark times ``REPLAYS`` back-to-back cache calls per round (staging, replay, fp32 copy;
 no sync between them, as a caller that keeps the GPU fed), between device synchronizations.
@@ -23,10 +24,11 @@ REPLAYS = 10
 ROUNDS = 5
 
 
+@pytest.mark.parametrize("step_kind", ["exact", "lean"])
 @pytest.mark.parametrize("key", FORWARD_KEYS, ids=key_id)
-def test_replay_efficiency(key, default_decoder, cuda_device, cuda_benchmark):
+def test_replay_efficiency(key, step_kind, default_decoder, cuda_device, cuda_benchmark):
     ar_step = forward_inputs(default_decoder.config, key, cuda_device)
-    cache = GraphCache(default_decoder, cuda_device)
+    cache = GraphCache(default_decoder, cuda_device, lean=step_kind == "lean")
     step = partial(cache, ar_step)
     warm_up(step)  # the first call captures
     cuda_benchmark.pedantic(step, rounds=ROUNDS, iterations=REPLAYS, warmup_rounds=1)
@@ -36,6 +38,7 @@ def test_replay_efficiency(key, default_decoder, cuda_device, cuda_benchmark):
     info.update(
         bench="replay_efficiency",
         key=list(key),
+        step=step_kind,
         replays=REPLAYS,
         device_ms=device_ms,
         device_ops_per_call=round(device.ops_per_call),

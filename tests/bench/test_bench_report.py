@@ -495,14 +495,12 @@ def test_nothing_measured_says_so(report_module):
     assert "Fastest at" not in markdown
 
 
-def test_lean_tolerance_is_the_lean_steps_own():
-    lean = pytest.importorskip(
-        "reasyn_ref.lean", reason="reasyn_ref.lean (the lean step) is not in this tree"
-    )
-    with script_module("bench_report") as module:
-        assert module.LEAN_TOLERANCE == lean.LEAN_TOLERANCE
-        goal = module.GOALS["fast path logits vs upstream, max relative difference"]
-        assert goal.threshold == lean.LEAN_TOLERANCE
+def test_lean_tolerance_is_the_lean_steps_own(report_module):
+    from reasyn_ref.lean import LEAN_TOLERANCE
+
+    assert report_module.LEAN_TOLERANCE == LEAN_TOLERANCE
+    goal = report_module.GOALS["fast path logits vs upstream, max relative difference"]
+    assert goal.threshold == LEAN_TOLERANCE
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
