@@ -29,6 +29,9 @@ MiB = 1024 * 1024
 # Most NVML reads per settled reading: a figure is kept once two reads in a row agree, so a
 # read taken while the driver is still handing memory back is not the one kept.
 STABLE_READS = 8
+# Whether a probe's young_collections() holds gc's objects frozen: gc's state is the process's,
+# so this is too, whichever probe froze them.
+_frozen_by_a_probe = False
 
 
 @dataclass(frozen=True)
@@ -212,8 +215,9 @@ class MemoryMeasurement:
         """``judge_growth`` on the report, with a verdict as exact as a full collection's.
 
         The baseline is exact, and the only garbage a young collection leaves is among the
-        objects alive at the baseline that died in the block; so a young ``after`` reading
-        is at least the full one, and growth within the bound is within it. Growth over the
+        objects frozen at the baseline (or at a full reading since) that died in the block;
+        so a young ``after`` reading is at least the full one, and growth within the bound
+        is within it. Growth over the
         bound is judged on a reading taken again with a full collection, which replaces
         ``after`` in the report (the young one is kept as ``young_after``).
         """
@@ -249,7 +253,6 @@ class DeviceMemoryProbe:
         self.pid = os.getpid()
         self._handle = devices.nvml_handle(device)
         self._interval_s = interval_s
-        self._frozen = False
 
     @contextmanager
     def young_collections(self) -> Iterator[None]:
@@ -259,18 +262,19 @@ class DeviceMemoryProbe:
 
         Nothing is frozen where the process froze objects itself or disabled gc (it manages
         its objects' generations itself): young readings then collect fully. Inside another
-        ``young_collections()`` of this probe, the outer freeze serves. The freeze is undone
-        when the block ends, whichever way it ends.
+        probe's ``young_collections()``, the outer freeze serves. The freeze is undone when
+        the block ends, whichever way it ends.
         """
-        if self._frozen or gc.get_freeze_count() or not gc.isenabled():
+        global _frozen_by_a_probe
+        if _frozen_by_a_probe or gc.get_freeze_count() or not gc.isenabled():
             yield
             return
         gc.freeze()
-        self._frozen = True
+        _frozen_by_a_probe = True
         try:
             yield
         finally:
-            self._frozen = False
+            _frozen_by_a_probe = False
             # Back into the oldest generation, where the full collection before the freeze
             # had already moved them.
             gc.unfreeze()
@@ -278,7 +282,7 @@ class DeviceMemoryProbe:
     def settle(self, *, full_collection: bool = True) -> None:
         """``settle(device)``; ``full_collection=False`` leaves the objects frozen by
         ``young_collections()`` out of the collection, which a full one takes in too."""
-        if full_collection and self._frozen:
+        if full_collection and _frozen_by_a_probe:
             gc.unfreeze()
             gc.collect()
             gc.freeze()  # what is alive now: young readings after this one skip it
@@ -315,7 +319,7 @@ class DeviceMemoryProbe:
     def young_sample(self) -> MemorySample:
         """``sample()`` whose collection, inside ``young_collections()``, skips the objects
         frozen there: cheap, and never below the exact figure. Elsewhere it is ``sample()``."""
-        return self._reading(full_collection=not self._frozen)
+        return self._reading(full_collection=not _frozen_by_a_probe)
 
     def sample_within(self, limit_bytes: int) -> MemorySample:
         """``young_sample()``, taken again with ``sample()`` when NVML reads over

@@ -32,7 +32,6 @@ class SimulatedProcess(DeviceMemoryProbe):
     def __init__(self) -> None:  # no GPU here: nothing of the real probe is set up
         self.device = "cuda:0"
         self._interval_s = 0.001
-        self._frozen = False
         self.used = CONTEXT
         self.first_use_paid = False
         self.graphs: list[int] = []

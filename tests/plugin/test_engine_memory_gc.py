@@ -32,7 +32,6 @@ class LiveObjectsProcess(DeviceMemoryProbe):
     def __init__(self) -> None:  # no GPU here: nothing of the real probe is set up
         self.device = "cuda:0"
         self._interval_s = 0.001
-        self._frozen = False
         self.blocks: weakref.WeakSet[DeviceBlock] = weakref.WeakSet()
 
     def cycle_holding_a_block(self) -> list[object]:
@@ -98,15 +97,17 @@ def test_the_young_reading_leaves_a_cycle_alive_at_the_baseline_which_judge_reta
 
 
 def test_sample_in_the_block_is_exact_and_the_freeze_goes_on() -> None:
-    process = LiveObjectsProcess()
+    process, other_probe = LiveObjectsProcess(), LiveObjectsProcess()
     old = process.cycle_holding_a_block()
     with process.measure():
         del old
         assert process.young_sample().process_bytes == CONTEXT + BLOCK
-        assert process.sample().process_bytes == CONTEXT
+        # Any probe's exact reading collects what another probe froze.
+        assert other_probe.sample().process_bytes == CONTEXT
+        assert process.process_bytes() == CONTEXT
         assert gc.get_freeze_count() > 0  # what is alive is frozen again
-        with process.young_collections():  # nested: the outer freeze serves
-            pass
+        with other_probe.young_collections():  # nested: the outer freeze serves
+            assert not other_probe.young_sample().full_collection
         assert gc.get_freeze_count() > 0
 
 

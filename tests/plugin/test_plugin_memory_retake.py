@@ -26,7 +26,6 @@ class OldCycleProbe(DeviceMemoryProbe):
     def __init__(self):
         self.device = "cuda:0"
         self._interval_s = 0.001
-        self._frozen = False
         self.used = 600 * MiB
         self.dead_old_cycle = 0
 
