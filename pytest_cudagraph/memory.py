@@ -263,7 +263,7 @@ class DeviceMemoryProbe:
         Nothing is frozen where the process froze objects itself or disabled gc (it manages
         its objects' generations itself): young readings then collect fully. Inside another
         probe's ``young_collections()``, the outer freeze serves. The freeze is undone when
-        the block ends, whichever way it ends.
+        the block ends, whichever way it ends (with any ``gc.freeze()`` the block made itself).
         """
         global _frozen_by_a_probe
         if _frozen_by_a_probe or gc.get_freeze_count() or not gc.isenabled():
