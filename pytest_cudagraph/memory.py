@@ -6,7 +6,9 @@ PyTorch's CudaMemoryLeakCheck, every reading is settled first (gc, synchronize, 
 caching allocator, re-read NVML until it holds still), and first-use costs (library
 handles and workspaces, lazily loaded kernels, the eager model's first call) are paid by
 an optional warm-up before the baseline, so the growth is the measured block's alone
-whatever ran before it. A background thread samples the peak in between. torch and NVML
+whatever ran before it. A background thread samples the peak in between. The reading at
+the block's end collects only the block's own garbage (``young_collections``), which is
+what makes it cheap; ``MemoryMeasurement.judge`` keeps the verdict exact. torch and NVML
 are imported when a probe is made, so loading the plugin costs nothing.
 """
 
@@ -17,7 +19,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,15 +29,24 @@ MiB = 1024 * 1024
 # Most NVML reads per settled reading: a figure is kept once two reads in a row agree, so a
 # read taken while the driver is still handing memory back is not the one kept.
 STABLE_READS = 8
+# Whether a probe's young_collections() holds gc's objects frozen: gc's state is the process's,
+# so this is too, whichever probe froze them.
+_frozen_by_a_probe = False
 
 
 @dataclass(frozen=True)
 class MemorySample:
-    """One settled reading: NVML's figure for this process and the torch allocator's."""
+    """One settled reading: NVML's figure for this process and the torch allocator's.
+
+    ``full_collection`` is False for a reading whose garbage collection skipped the objects
+    alive when ``DeviceMemoryProbe.young_collections()`` began: garbage among those still
+    holds its memory, so the figures are at least what a full collection gives, never less.
+    """
 
     process_bytes: int
     torch_allocated: int
     torch_reserved: int
+    full_collection: bool = True
 
     @property
     def outside_torch(self) -> int:
@@ -49,6 +60,8 @@ class MemoryReport:
 
     ``before`` is the baseline, taken after the warm-up when there is one;
     ``first_use_bytes`` is what the warm-up added (shown, never judged), None without one.
+    ``young_after`` is the reading of the block's garbage only that ``after`` replaced with
+    a full collection, because its growth was over the bound (``MemoryMeasurement.judge``).
     """
 
     device: str
@@ -56,6 +69,7 @@ class MemoryReport:
     after: MemorySample
     peak_process_bytes: int
     first_use_bytes: int | None = None
+    young_after: MemorySample | None = None
 
     @property
     def growth(self) -> int:
@@ -77,6 +91,16 @@ class MemoryReport:
             before, after = getattr(self.before, field) / MiB, getattr(self.after, field) / MiB
             lines.append(f"{label:22}{before:>10.1f}{after:>10.1f}{after - before:>+10.1f}")
         lines.append(f"{'NVML peak':22}{'':>10}{self.peak_process_bytes / MiB:>10.1f}")
+        if not self.after.full_collection:
+            lines.append(
+                "after: garbage collected among the block's objects only, so the figure may "
+                "be above a full collection's, never below"
+            )
+        if self.young_after is not None:
+            lines.append(
+                "after: taken again with a full garbage collection, as collecting the block's "
+                f"garbage only read {self.young_after.process_bytes / MiB:.1f} MiB, over the bound"
+            )
         if self.first_use_bytes is not None:
             lines.append(
                 f"warm-up before the baseline (first use, not judged): "
@@ -140,14 +164,19 @@ def judge_growth(report: MemoryReport, bound_mib: float) -> MemoryVerdict:
 
 def settle(device: torch.device) -> None:
     """Let freed memory really go: collect garbage, wait for the device, and hand the caching
-    allocator's free blocks back, so that a reading shows what is still held.
+    allocator's free blocks back, so that a reading shows what is still held."""
+    gc.collect()
+    release_freed(device)
+
+
+def release_freed(device: torch.device) -> None:
+    """Wait for the device, then hand the caching allocator's free blocks back to the driver.
 
     cuBLAS workspaces are left alone: a captured graph may still use one, so freeing them
     here could hand a graph's memory back to the driver.
     """
     import torch
 
-    gc.collect()
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
 
@@ -172,18 +201,44 @@ class ProcessNotListed(RuntimeError):
 
 @dataclass
 class MemoryMeasurement:
-    """What ``DeviceMemoryProbe.measure()`` yields; ``report`` is set when the block ends."""
+    """What ``DeviceMemoryProbe.measure()`` yields; ``report`` is set when the block ends.
+
+    Judge it with ``judge(bound_mib)`` right after the block: the report's ``after`` reading
+    may have collected only the block's garbage, and ``judge`` takes it again, exactly, from
+    ``probe`` when that matters.
+    """
 
     report: MemoryReport | None = None
+    probe: DeviceMemoryProbe | None = None
+
+    def judge(self, bound_mib: float) -> MemoryVerdict:
+        """``judge_growth`` on the report, with a verdict as exact as a full collection's.
+
+        The baseline is exact, and the only garbage a young collection leaves is among the
+        objects frozen at the baseline (or at a full reading since) that died in the block;
+        so a young ``after`` reading is at least the full one, and growth within the bound
+        is within it. Growth over the
+        bound is judged on a reading taken again with a full collection, which replaces
+        ``after`` in the report (the young one is kept as ``young_after``).
+        """
+        if self.report is None:
+            raise RuntimeError("no report to judge: the measured block has not ended normally")
+        verdict = judge_growth(self.report, bound_mib)
+        if verdict.passed or self.report.after.full_collection:
+            return verdict
+        young = self.report.after
+        self.report = replace(self.report, after=self.probe.sample(), young_after=young)
+        return judge_growth(self.report, bound_mib)
 
 
 class DeviceMemoryProbe:
     """Measures this process's memory on one CUDA device through NVML.
 
-    ``sample()`` settles and reads once; ``measure(warmup)`` brackets a block of code,
-    running ``warmup`` (the workload once, undone, for example) before the baseline so that
-    first-use costs are not charged to the block. Making one raises LookupError where NVML
-    is unavailable or does not know the device.
+    ``sample()`` settles and reads once, exactly. ``measure(warmup)`` brackets a block of
+    code, running ``warmup`` (the workload once, undone, for example) before the baseline
+    so that first-use costs are not charged to the block. Inside ``young_collections()``,
+    ``young_sample()`` and ``sample_within(limit_bytes)`` are the cheap readings. Making one
+    raises LookupError where NVML is unavailable or does not know the device.
     """
 
     def __init__(self, device: torch.device, *, interval_s: float = 0.005) -> None:
@@ -199,8 +254,44 @@ class DeviceMemoryProbe:
         self._handle = devices.nvml_handle(device)
         self._interval_s = interval_s
 
-    def settle(self) -> None:
-        settle(self.device)
+    @contextmanager
+    def young_collections(self) -> Iterator[None]:
+        """Freeze every object gc tracks now (``gc.freeze()``) until the block ends, so that
+        a young reading's collection scans only the objects made since: a full collection
+        over all that torch keeps alive costs far more than the rest of a reading.
+
+        Nothing is frozen where the process froze objects itself or disabled gc (it manages
+        its objects' generations itself): young readings then collect fully. Inside another
+        probe's ``young_collections()``, the outer freeze serves. The freeze is undone when
+        the block ends, whichever way it ends (with any ``gc.freeze()`` the block made itself).
+        """
+        global _frozen_by_a_probe
+        if _frozen_by_a_probe or gc.get_freeze_count() or not gc.isenabled():
+            yield
+            return
+        gc.freeze()
+        _frozen_by_a_probe = True
+        try:
+            yield
+        finally:
+            _frozen_by_a_probe = False
+            # Back into the oldest generation, where the full collection before the freeze
+            # had already moved them.
+            gc.unfreeze()
+
+    def settle(self, *, full_collection: bool = True) -> None:
+        """``settle(device)``; ``full_collection=False`` leaves the objects frozen by
+        ``young_collections()`` out of the collection, which a full one takes in too."""
+        if full_collection and _frozen_by_a_probe:
+            gc.unfreeze()
+            gc.collect()
+            gc.freeze()  # what is alive now: young readings after this one skip it
+        else:
+            gc.collect()
+        self.release_freed()
+
+    def release_freed(self) -> None:
+        release_freed(self.device)
 
     def process_bytes(self) -> int:
         """NVML's figure for this process right now (not settled)."""
@@ -221,19 +312,43 @@ class DeviceMemoryProbe:
         return torch.cuda.memory_allocated(self.device), torch.cuda.memory_reserved(self.device)
 
     def sample(self) -> MemorySample:
-        """Settle, then read NVML until it holds still, and the allocator beside it."""
-        self.settle()
+        """Settle with a full collection, then read NVML until it holds still, and the
+        allocator beside it: the exact reading."""
+        return self._reading(full_collection=True)
+
+    def young_sample(self) -> MemorySample:
+        """``sample()`` whose collection, inside ``young_collections()``, skips the objects
+        frozen there: cheap, and never below the exact figure. Elsewhere it is ``sample()``."""
+        return self._reading(full_collection=not _frozen_by_a_probe)
+
+    def sample_within(self, limit_bytes: int) -> MemorySample:
+        """``young_sample()``, taken again with ``sample()`` when NVML reads over
+        ``limit_bytes``: exact wherever it matters to whether the figure is within the limit."""
+        if not isinstance(limit_bytes, (int, float)) or isinstance(limit_bytes, bool):
+            raise TypeError(f"limit_bytes must be a number of bytes, got {limit_bytes!r}")
+        young = self.young_sample()
+        if young.full_collection or young.process_bytes <= limit_bytes:
+            return young
+        return self.sample()
+
+    def _reading(self, full_collection: bool) -> MemorySample:
+        self.settle(full_collection=full_collection)
         process = stable_reading(self.process_bytes)
         allocated, reserved = self.allocator_bytes()
-        return MemorySample(process, allocated, reserved)
+        return MemorySample(process, allocated, reserved, full_collection)
 
     @contextmanager
     def measure(self, warmup: Callable[[], object] | None = None) -> Iterator[MemoryMeasurement]:
         """Measure the block; ``warmup``, when given, runs first and its cost is reported as
-        ``first_use_bytes`` instead of growth."""
+        ``first_use_bytes`` instead of growth.
+
+        The baseline is a full reading; the block runs inside ``young_collections()`` and
+        ends with a young reading, which the measurement's ``judge()`` takes again with a
+        full collection where it is over the bound.
+        """
         if warmup is not None and not callable(warmup):
             raise TypeError(f"warmup must be a callable or None, got {warmup!r}")
-        measurement = MemoryMeasurement()
+        measurement = MemoryMeasurement(probe=self)
         first_use = None
         if warmup is not None:
             cold = self.sample()
@@ -241,13 +356,14 @@ class DeviceMemoryProbe:
         before = self.sample()
         if warmup is not None:
             first_use = before.process_bytes - cold.process_bytes
-        peak = _PeakSampler(self.process_bytes, self._interval_s, before.process_bytes)
-        peak.start()
-        try:
-            yield measurement
-        finally:
-            peak.stop()
-        after = self.sample()
+        with self.young_collections():
+            peak = _PeakSampler(self.process_bytes, self._interval_s, before.process_bytes)
+            peak.start()
+            try:
+                yield measurement
+            finally:
+                peak.stop()
+            after = self.young_sample()
         measurement.report = MemoryReport(
             str(self.device), before, after, max(peak.value, after.process_bytes), first_use
         )

@@ -19,7 +19,7 @@ from pytest_cudagraph.markers import MarkerFeature, add_report_section
 if TYPE_CHECKING:
     import torch
 
-    from pytest_cudagraph.memory import DeviceMemoryProbe
+    from pytest_cudagraph.memory import DeviceMemoryProbe, MemoryMeasurement
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,8 @@ class MemoryBoundMarker(MarkerFeature):
             pytest.skip(f"needs NVML: {nvml.detail}")
         try:
             probe = DeviceMemoryProbe(cuda_device)
-            probe.sample()
+            probe.release_freed()  # makes sure this process has a context on the device
+            probe.process_bytes()
         except (LookupError, ProcessNotListed) as error:
             pytest.skip(str(error))
         return probe
@@ -80,13 +81,12 @@ class MemoryBoundMarker(MarkerFeature):
             return (yield)
         with item.stash[self.PROBE].measure() as measurement:
             result = yield
-        self._judge(item, measurement.report, mark.mib)
+        self._judge(item, measurement, mark.mib)
         return result
 
-    def _judge(self, item: pytest.Item, measured: object, bound_mib: float) -> None:
-        from pytest_cudagraph.memory import judge_growth
-
-        verdict = judge_growth(measured, bound_mib)
+    def _judge(self, item: pytest.Item, measurement: MemoryMeasurement, bound_mib: float) -> None:
+        verdict = measurement.judge(bound_mib)  # before reading the report: it may retake
+        measured = measurement.report
         figures = {
             **measured.figures(),
             "bound_mib": bound_mib,

@@ -1,5 +1,6 @@
 """The memory engine's measurement on a simulated device: warm-up before the baseline makes
-the growth the same whatever ran before, and readings wait for NVML to hold still."""
+the growth the same whatever ran before, readings wait for NVML to hold still, and a reading
+that collected only the block's garbage is taken again, fully, before it can fail a bound."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from pytest_cudagraph.devices import nvml_status
 from pytest_cudagraph.memory import (
     DeviceMemoryProbe,
+    MemoryMeasurement,
     MemoryReport,
     MemorySample,
     judge_growth,
@@ -16,12 +18,16 @@ from pytest_cudagraph.memory import (
 )
 
 MiB = 1024 * 1024
-CONTEXT, FIRST_USE, GRAPHS = 500 * MiB, 200 * MiB, 300 * MiB
+CONTEXT, FIRST_USE, GRAPHS, OLD_CYCLE = 500 * MiB, 200 * MiB, 300 * MiB, 100 * MiB
 
 
 class SimulatedProcess(DeviceMemoryProbe):
     """A process's device memory as NVML would report it, with a workload whose first run
-    also pays one-off costs (library handles, lazily loaded kernels) that are never freed."""
+    also pays one-off costs (library handles, lazily loaded kernels) that are never freed.
+
+    ``drop_old_cycle()`` frees a reference cycle of objects alive at the baseline that holds
+    device memory: only a full collection gives that memory back. The gc freeze around the
+    block is the real one; the collections themselves are simulated and recorded."""
 
     def __init__(self) -> None:  # no GPU here: nothing of the real probe is set up
         self.device = "cuda:0"
@@ -29,10 +35,14 @@ class SimulatedProcess(DeviceMemoryProbe):
         self.used = CONTEXT
         self.first_use_paid = False
         self.graphs: list[int] = []
-        self.settles = 0
+        self.dead_old_cycles = 0
+        self.collections: list[str] = []
 
-    def settle(self) -> None:
-        self.settles += 1
+    def settle(self, *, full_collection: bool = True) -> None:
+        self.collections.append("full" if full_collection else "young")
+        if full_collection:
+            self.used -= self.dead_old_cycles
+            self.dead_old_cycles = 0
 
     def process_bytes(self) -> int:
         return self.used
@@ -54,6 +64,12 @@ class SimulatedProcess(DeviceMemoryProbe):
     def warm_up(self) -> None:
         self.build_graphs()
         self.drop_graphs()
+
+    def hold_old_cycle(self) -> None:
+        self.used += OLD_CYCLE
+
+    def drop_old_cycle(self) -> None:
+        self.dead_old_cycles += OLD_CYCLE
 
 
 def growth_mib(process: SimulatedProcess, warmup: bool) -> tuple[float, float | None]:
@@ -84,11 +100,88 @@ def test_every_reading_is_settled_and_the_warm_up_shows_in_the_section() -> None
     process = SimulatedProcess()
     with process.measure(process.warm_up) as measurement:
         process.build_graphs()
-    assert process.settles == 3  # before the warm-up, the baseline, after the block
+    # Before the warm-up, the baseline, and after the block with its garbage only.
+    assert process.collections == ["full", "full", "young"]
     assert measurement.report.section().splitlines()[-1] == (
         "warm-up before the baseline (first use, not judged): +200.0 MiB"
     )
     assert measurement.report.figures()["first_use_mib"] == 200.0
+
+
+def measured_dropping_an_old_cycle(process: SimulatedProcess) -> MemoryMeasurement:
+    """The block builds graphs (+300 MiB) and drops a cycle alive at the baseline (-100 MiB
+    once collected): +200 MiB exactly, +300 MiB to a young reading."""
+    process.hold_old_cycle()
+    with process.measure(process.warm_up) as measurement:
+        process.build_graphs()
+        process.drop_old_cycle()
+    return measurement
+
+
+def test_a_young_reading_over_the_bound_is_retaken_and_judged_on_the_full_one() -> None:
+    process = SimulatedProcess()
+    measurement = measured_dropping_an_old_cycle(process)
+    assert measurement.report.growth == 300 * MiB
+    verdict = measurement.judge(bound_mib=250)
+    assert process.collections == ["full", "full", "young", "full"]
+    assert verdict.passed
+    assert "grew by 200.0 MiB, within the 250 MiB bound" in verdict.reason
+    report = measurement.report
+    assert report.after.full_collection and report.growth == 200 * MiB
+    assert report.young_after.process_bytes == 1100 * MiB
+    assert report.section().splitlines()[-2] == (
+        "after: taken again with a full garbage collection, as collecting the block's "
+        "garbage only read 1100.0 MiB, over the bound"
+    )
+
+
+def test_a_retaken_reading_still_over_the_bound_fails_on_its_own_figure() -> None:
+    process = SimulatedProcess()
+    measurement = measured_dropping_an_old_cycle(process)
+    verdict = measurement.judge(bound_mib=150)
+    assert process.collections == ["full", "full", "young", "full"]
+    assert not verdict.passed
+    assert "grew by 200.0 MiB, over the 150 MiB bound" in verdict.reason
+
+
+def test_a_young_reading_within_the_bound_is_not_retaken() -> None:
+    process = SimulatedProcess()
+    measurement = measured_dropping_an_old_cycle(process)
+    verdict = measurement.judge(bound_mib=300)
+    assert process.collections == ["full", "full", "young"]
+    assert verdict.passed
+    assert "grew by 300.0 MiB, within the 300 MiB bound" in verdict.reason
+    report = measurement.report
+    assert not report.after.full_collection and report.young_after is None
+    assert report.section().splitlines()[-2] == (
+        "after: garbage collected among the block's objects only, so the figure may be above "
+        "a full collection's, never below"
+    )
+
+
+def test_judge_needs_the_block_to_have_ended() -> None:
+    process = SimulatedProcess()
+    with process.measure() as measurement:
+        with pytest.raises(RuntimeError, match="the measured block has not ended normally"):
+            measurement.judge(bound_mib=1)
+
+
+def test_sample_within_retakes_only_a_young_reading_over_its_limit() -> None:
+    process = SimulatedProcess()
+    process.hold_old_cycle()
+    with process.young_collections():
+        process.drop_old_cycle()
+        kept = process.sample_within(limit_bytes=CONTEXT + OLD_CYCLE)
+        assert (kept.process_bytes, kept.full_collection) == (CONTEXT + OLD_CYCLE, False)
+        assert process.collections == ["young"]
+        retaken = process.sample_within(limit_bytes=CONTEXT)
+        assert (retaken.process_bytes, retaken.full_collection) == (CONTEXT, True)
+        assert process.collections == ["young", "young", "full"]
+    # Outside young_collections() every reading is a full one, never taken twice.
+    assert process.sample_within(limit_bytes=0).full_collection
+    assert process.collections[3:] == ["full"]
+    with pytest.raises(TypeError, match="limit_bytes must be a number of bytes, got '1GiB'"):
+        process.sample_within("1GiB")  # type: ignore[arg-type]
 
 
 def test_warmup_must_be_callable() -> None:
@@ -113,8 +206,8 @@ def test_a_reading_that_never_holds_still_stops_after_the_limit() -> None:
 def test_sample_uses_the_settled_stable_reading() -> None:
     process = SimulatedProcess()
     process.graphs = [64 * MiB]
-    assert process.sample() == MemorySample(CONTEXT, 0, 64 * MiB)
-    assert process.settles == 1
+    assert process.sample() == MemorySample(CONTEXT, 0, 64 * MiB, full_collection=True)
+    assert process.collections == ["full"]
 
 
 def test_allocator_growth_the_process_does_not_show_only_warns() -> None:
