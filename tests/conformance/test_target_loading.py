@@ -62,7 +62,10 @@ def build_with(factories: types.ModuleType, factory: Callable[[torch.device], ob
 @pytest.mark.parametrize(
     ("spec", "problem"),
     [
-        ("fake_targets", "no installed target of that name (installed: reasyn, reasyn-kv, reasyn-lean)"),
+        (
+            "fake_targets",
+            "no installed target of that name (installed: reasyn, reasyn-kv, reasyn-lean)",
+        ),
         ("fake_targets:", "must be a name or 'module:factory'"),
         (":factory", "must be a name or 'module:factory'"),
         ("no_such_module_here:make", "cannot import module 'no_such_module_here'"),
