@@ -20,7 +20,7 @@ from typing import TypeVar
 import torch
 from torch import Tensor, nn
 
-from .checks import check_count, check_int, describe
+from .checks import check_bool, check_count, check_int, describe
 from .config import DecoderConfig, EncoderConfig
 from .step import ARStep, as_step, check_step_tensors
 
@@ -156,10 +156,17 @@ class Decoder(nn.Module):
         return self.head(last)
 
 
-def seeded_decoder(config: DecoderConfig, seed: int, device: torch.device | str = "cpu") -> Decoder:
+def seeded_decoder(
+    config: DecoderConfig,
+    seed: int,
+    device: torch.device | str = "cpu",
+    *,
+    portable: bool = True,
+) -> Decoder:
     """A decoder with random weights from ``seed``, in eval mode on ``device``; see
-    ``seeded_init``."""
-    return seeded_init(lambda: Decoder(config), seed).to(device)
+    ``seeded_init`` (``portable=False`` draws them on ``device``)."""
+    draw_on = "cpu" if check_bool("portable", portable) else device
+    return seeded_init(lambda: Decoder(config), seed, draw_on=draw_on).to(device)
 
 
 def seeded_encoder(config: EncoderConfig, seed: int, device: torch.device | str = "cpu") -> Encoder:
@@ -170,26 +177,33 @@ def seeded_encoder(config: EncoderConfig, seed: int, device: torch.device | str 
 SeededModel = TypeVar("SeededModel", bound="Decoder | Encoder")
 
 
-def seeded_init(build: Callable[[], SeededModel], seed: int) -> SeededModel:
+def seeded_init(
+    build: Callable[[], SeededModel], seed: int, *, draw_on: torch.device | str = "cpu"
+) -> SeededModel:
     """``build()``'s model with weights drawn from a generator of its own seeded with
-    ``seed``, in eval mode on the CPU: the same weights from any thread, and the global RNG is
-    neither read nor changed. The model is built on the meta device (no default init runs),
+    ``seed``, in eval mode on ``draw_on``: the same weights from any thread, and the global RNG
+    is neither read nor changed. Drawn on the CPU (the default), a seed gives the same weights
+    wherever the model goes next; drawn on a GPU they take milliseconds instead of seconds, but
+    differ from the CPU's (another generator). The model is built on the meta device (no default init runs),
     then its parameters are drawn module by module, children first, with the scale of torch's
     default init (Linear: uniform +-1/sqrt(fan_in); attention: Xavier uniform input
     projection, zero biases; LayerNorm: ones and zeros; Embedding: standard normal) and its
     buffers rebuilt."""
     check_int("seed", seed, minimum=0)
+    draw_on = torch.device(draw_on)
     with torch.device("meta"):
         model = build()
-    model.to_empty(device="cpu")
+    model.to_empty(device=draw_on)
+    # Built on the CPU wherever the weights are drawn: the buffers are not saved in checkpoints,
+    # so a loaded copy rebuilds them there, and must get the same bits.
     model._build_buffers()
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(draw_on).manual_seed(seed)
     with torch.no_grad():
         # Children before parents, so that a parent's init has the last word, as in torch's
         # (attention zeroes its output projection's bias).
         for module in reversed(list(model.modules())):
             _draw_parameters(module, generator)
-    return model.eval()
+    return model.to(draw_on).eval()
 
 
 def _draw_parameters(module: nn.Module, generator: torch.Generator) -> None:

@@ -282,6 +282,14 @@ def test_a_seed_gives_the_same_weights_and_another_seed_others():
     assert not same_weights(seeded_decoder(config, 3), seeded_decoder(config, 4))
 
 
+def test_weights_drawn_where_the_model_goes_are_seeded_too():
+    config = DecoderConfig.tiny()
+    # On the CPU, drawing "on the device" is drawing on the CPU: the portable weights.
+    assert same_weights(seeded_decoder(config, 3, portable=False), seeded_decoder(config, 3))
+    with pytest.raises(TypeError, match="portable must be a bool, got 'no'"):
+        seeded_decoder(config, 3, portable="no")
+
+
 def test_seeded_models_neither_read_nor_change_the_global_rng():
     torch.manual_seed(123)
     before = torch.get_rng_state()

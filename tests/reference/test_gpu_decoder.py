@@ -111,3 +111,17 @@ def test_sample_refuses_arguments_off_the_decoders_device(decoder, target, name)
     arguments[name] = torch.Generator() if name == "generator" else arguments[name].cpu()
     with pytest.raises(ValueError, match=rf"^{name}\b"):
         sampler.sample(**arguments)
+
+
+def test_weights_drawn_on_the_gpu_are_seeded_and_keep_the_cpu_buffers():
+    config = DecoderConfig.tiny()
+    first = seeded_decoder(config, 3, "cuda", portable=False)
+    again = seeded_decoder(config, 3, "cuda", portable=False)
+    portable = seeded_decoder(config, 3, "cuda")
+    weights = [name for name, _ in first.named_parameters()]
+    assert all(p.device.type == "cuda" for p in first.state_dict().values())
+    assert all(torch.equal(first.get_parameter(n), again.get_parameter(n)) for n in weights)
+    assert not torch.equal(first.embed.weight, portable.embed.weight)  # another generator
+    # Buffers are rebuilt on the CPU by a loaded checkpoint, so they must be the CPU's bits.
+    assert torch.equal(first.positions, portable.positions)
+    assert torch.equal(first.causal, portable.causal)
