@@ -66,13 +66,28 @@ def compare_outputs(
     Tensors must agree in shape, dtype and values (``|a - b| <= atol + rtol * |b|``, NaN
     equal to NaN; exact when both tolerances are 0); other leaves are compared with ``==``.
     """
+    return settle_comparison(pending_comparison(expected, actual, rtol, atol, path, sides))
+
+
+def pending_comparison(
+    expected: object,
+    actual: object,
+    rtol: float = 0.0,
+    atol: float = 0.0,
+    path: str = "output",
+    sides: tuple[str, str] = ("eager", "graphed"),
+) -> list[Mismatch | PendingValues]:
+    """``compare_outputs`` without waiting for the device: the differences found on the host,
+    and for each pair of tensors their value comparison still on the device
+    (``settle_comparison`` reads them, with one synchronization for many cases)."""
     import torch
 
     first, second = sides
     if isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor):
-        return _compare_tensors(expected, actual, rtol, atol, path, sides)
+        pending = _pending_tensors(expected, actual, rtol, atol, path, sides)
+        return [] if pending is None else [pending]
     if isinstance(expected, Mapping) and isinstance(actual, Mapping):
-        found = []
+        found: list[Mismatch | PendingValues] = []
         if expected.keys() != actual.keys():
             only_first = sorted(expected.keys() - actual.keys(), key=repr)
             only_second = sorted(actual.keys() - expected.keys(), key=repr)
@@ -80,13 +95,8 @@ def compare_outputs(
                 Mismatch(path, f"keys {only_first} only in {first}, {only_second} only in {second}")
             )
         for key in expected.keys() & actual.keys():
-            found += compare_outputs(
-                expected[key],
-                actual[key],
-                rtol=rtol,
-                atol=atol,
-                path=f"{path}[{key!r}]",
-                sides=sides,
+            found += pending_comparison(
+                expected[key], actual[key], rtol, atol, f"{path}[{key!r}]", sides
             )
         return found
     if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
@@ -94,9 +104,7 @@ def compare_outputs(
             return [Mismatch(path, f"length {len(expected)} in {first}, {len(actual)} in {second}")]
         found = []
         for index, (one, other) in enumerate(zip(expected, actual, strict=True)):
-            found += compare_outputs(
-                one, other, rtol=rtol, atol=atol, path=f"{path}[{index}]", sides=sides
-            )
+            found += pending_comparison(one, other, rtol, atol, f"{path}[{index}]", sides)
         return found
     # Values compared by walking into them rather than with ==.
     structures = (torch.Tensor, Mapping, list, tuple)
@@ -108,31 +116,70 @@ def compare_outputs(
     return [Mismatch(path, f"{expected!r} in {first}, {actual!r} in {second}")]
 
 
-def _compare_tensors(
+@dataclass(frozen=True)
+class PendingValues:
+    """Two same-shaped tensors' value comparison, its figures still where the tensors are
+    (0-d tensors: no device synchronization until they are read)."""
+
+    path: str
+    shape: tuple[int, ...]
+    differing: torch.Tensor
+    first_flat_index: torch.Tensor
+    max_abs_diff: torch.Tensor
+
+    def mismatch(self) -> Mismatch | None:
+        differing = int(self.differing)
+        if differing == 0:
+            return None
+        flat, index = int(self.first_flat_index), []
+        for size in reversed(self.shape):
+            flat, position = divmod(flat, size)
+            index.append(position)
+        numel = math.prod(self.shape)
+        return Mismatch(
+            self.path, "", tuple(reversed(index)), float(self.max_abs_diff), differing, numel
+        )
+
+
+def settle_comparison(found: Iterable[Mismatch | PendingValues]) -> list[Mismatch]:
+    """The mismatches of a ``pending_comparison``, its device figures read."""
+    settled = []
+    for item in found:
+        mismatch = item.mismatch() if isinstance(item, PendingValues) else item
+        if mismatch is not None:
+            settled.append(mismatch)
+    return settled
+
+
+def _pending_tensors(
     expected: torch.Tensor,
     actual: torch.Tensor,
     rtol: float,
     atol: float,
     path: str,
     sides: tuple[str, str],
-) -> list[Mismatch]:
+) -> Mismatch | PendingValues | None:
+    import torch
+
     first, second = sides
     if expected.shape != actual.shape:
-        return [
-            Mismatch(
-                path, f"shape {tuple(expected.shape)} in {first}, {tuple(actual.shape)} in {second}"
-            )
-        ]
+        return Mismatch(
+            path, f"shape {tuple(expected.shape)} in {first}, {tuple(actual.shape)} in {second}"
+        )
     if expected.dtype != actual.dtype:
-        return [Mismatch(path, f"dtype {expected.dtype} in {first}, {actual.dtype} in {second}")]
+        return Mismatch(path, f"dtype {expected.dtype} in {first}, {actual.dtype} in {second}")
+    if expected.numel() == 0:
+        return None
     expected, actual = expected.detach(), actual.detach().to(expected.device)
     differs = ~_close(expected, actual, rtol, atol)
-    count = int(differs.sum())
-    if count == 0:
-        return []
-    first_index = tuple(int(i) for i in differs.nonzero()[0])
-    max_abs_diff = float((_widen(expected) - _widen(actual)).abs()[differs].max())
-    return [Mismatch(path, "", first_index, max_abs_diff, count, expected.numel())]
+    gaps = (_widen(expected) - _widen(actual)).abs()
+    return PendingValues(
+        path,
+        tuple(expected.shape),
+        differs.sum(),
+        differs.flatten().to(torch.uint8).argmax(),  # the first True (0 when none)
+        torch.where(differs, gaps, torch.zeros((), dtype=gaps.dtype, device=gaps.device)).max(),
+    )
 
 
 def _close(expected: torch.Tensor, actual: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
@@ -328,7 +375,7 @@ class ParityChecker:
         ends) is a mismatch too.
         """
         case_values = self._case_values(cases)
-        outcomes = []
+        compared = []
         kept: dict[str, object] = {}
         for index, case in enumerate(case_values):
             seed = self.seed + index
@@ -345,15 +392,22 @@ class ParityChecker:
                 overlaps = storage_overlaps(
                     actual, {"inputs": graphed_inputs, "eager output": expected, **kept}
                 )
-                mismatches = [
+                found: list[Mismatch | PendingValues] = [
                     Mismatch(o.output, f"shares storage with {o.other}") for o in overlaps
                 ]
-                mismatches += compare_outputs(expected, actual, rtol=rtol, atol=atol)
+                # Read after the last case: a read per case would make the host wait for the
+                # device every case, instead of preparing the next one while it works.
+                found += pending_comparison(expected, actual, rtol, atol)
             kept[f"case {index} output"] = actual
             title = f"case {index} of {len(case_values)}"
             if not isinstance(cases, int):
                 title += f" ({case!r})"
-            outcomes.append(CaseOutcome(title, shapes, tuple(mismatches)))
+            compared.append((title, shapes, found))
+        with host_syncs_allowed(self.device):
+            outcomes = [
+                CaseOutcome(title, shapes, tuple(settle_comparison(found)))
+                for title, shapes, found in compared
+            ]
         self.comparisons += len(outcomes)
         return self._finish(ParityResult("cases", tuple(outcomes)))
 

@@ -43,6 +43,7 @@ run() {  # name, then the pytest arguments
 run tests ${TEST_ARGS:-tests --ignore=tests/bench} -m "not slow"
 run conformance --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn
 run conformance-kv --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn-kv
+run conformance-lean --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn-lean
 # The own-graphs examples (docs/own-graphs.md) and the foreign target live in tests/conformance.
 PYTHONPATH=tests/conformance run conformance-compiled --pyargs pytest_cudagraph.conformance \
     --cudagraph-target examples.compiled_target:make_target

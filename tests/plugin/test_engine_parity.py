@@ -6,7 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_cudagraph.parity import MAX_SEED, ParityChecker, StorageOverlap, storage_overlaps
+from pytest_cudagraph.parity import (
+    MAX_SEED,
+    ParityChecker,
+    PendingValues,
+    StorageOverlap,
+    compare_outputs,
+    pending_comparison,
+    settle_comparison,
+    storage_overlaps,
+)
 
 
 def scaled(x: torch.Tensor) -> torch.Tensor:
@@ -133,3 +142,54 @@ def test_a_copy_of_the_static_buffer_passes() -> None:
         return static.copy_(x * 2).clone()
 
     assert ParityChecker("cpu").check(scaled, graphed, one_input, cases=3).ok
+
+
+# Value comparison: figures read after every case ran
+
+
+def test_value_differences_name_the_first_index_the_largest_gap_and_the_count() -> None:
+    expected = torch.zeros(2, 3, 4)
+    actual = expected.clone()
+    actual[1, 0, 2] = 0.5
+    actual[1, 2, 3] = -2.0
+    (mismatch,) = compare_outputs(expected, actual)
+    assert mismatch.first_index == (1, 0, 2)
+    assert (mismatch.max_abs_diff, mismatch.differing, mismatch.numel) == (2.0, 2, 24)
+
+
+def test_scalars_empty_tensors_and_nan_compare_as_values() -> None:
+    (scalar,) = compare_outputs(torch.tensor(1.0), torch.tensor(3.0))
+    assert (scalar.first_index, scalar.max_abs_diff, scalar.numel) == ((), 2.0, 1)
+    assert compare_outputs(torch.empty(0, 5), torch.empty(0, 5)) == []
+    nan = torch.tensor([1.0, float("nan")])
+    assert compare_outputs(nan, nan.clone()) == []
+
+
+def test_pending_comparisons_hold_their_figures_until_settled() -> None:
+    found = pending_comparison(
+        {"a": torch.ones(3), "b": [torch.ones(2)]}, {"a": torch.ones(3), "b": [torch.zeros(2)]}
+    )
+    assert all(isinstance(item, PendingValues) for item in found)  # nothing read yet
+    (mismatch,) = settle_comparison(found)
+    assert mismatch.path == "output['b'][0]" and mismatch.first_index == (0,)
+
+
+def test_check_reads_every_case_after_the_last_one_ran() -> None:
+    calls: list[str] = []
+
+    def graphed(x: torch.Tensor) -> torch.Tensor:
+        calls.append("graphed")
+        return x * 2 + (len(calls) == 1)  # the first case differs
+
+    read = PendingValues.mismatch
+
+    def record_read(self: PendingValues) -> object:
+        calls.append("read")
+        return read(self)
+
+    checker = ParityChecker("cpu")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PendingValues, "mismatch", record_read)
+        result = checker.check(scaled, graphed, one_input, cases=3)
+    assert calls == ["graphed"] * 3 + ["read"] * 3
+    assert [outcome.passed for outcome in result.outcomes] == [False, True, True]
