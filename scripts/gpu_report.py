@@ -18,6 +18,7 @@ STEPS = (
     "tests",
     "conformance",
     "conformance-kv",
+    "conformance-lean",
     "conformance-compiled",
     "conformance-graphed",
     "conformance-foreign",
