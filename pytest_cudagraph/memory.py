@@ -29,7 +29,7 @@ MiB = 1024 * 1024
 # Most NVML reads per settled reading: a figure is kept once two reads in a row agree, so a
 # read taken while the driver is still handing memory back is not the one kept.
 STABLE_READS = 8
-# gc.collect(YOUNG_GENERATIONS) collects generations 0 and 1, leaving out the oldest.
+# A young collection takes generations 0 up to this one: all but the oldest.
 YOUNG_GENERATIONS = 1
 
 
