@@ -7,9 +7,9 @@ caching allocator, re-read NVML until it holds still), and first-use costs (libr
 handles and workspaces, lazily loaded kernels, the eager model's first call) are paid by
 an optional warm-up before the baseline, so the growth is the measured block's alone
 whatever ran before it. A background thread samples the peak in between. The reading at
-the block's end collects only the block's own garbage (``young_collections``), which is
-what makes it cheap; ``MemoryMeasurement.judge`` keeps the verdict exact. torch and NVML
-are imported when a probe is made, so loading the plugin costs nothing.
+the block's end collects gc's young generations only (``young_sample``), which is what
+makes it cheap; ``MemoryMeasurement.judge`` keeps the verdict exact. torch and NVML are
+imported when a probe is made, so loading the plugin costs nothing.
 """
 
 from __future__ import annotations
@@ -29,18 +29,18 @@ MiB = 1024 * 1024
 # Most NVML reads per settled reading: a figure is kept once two reads in a row agree, so a
 # read taken while the driver is still handing memory back is not the one kept.
 STABLE_READS = 8
-# Whether a probe's young_collections() holds gc's objects frozen: gc's state is the process's,
-# so this is too, whichever probe froze them.
-_frozen_by_a_probe = False
+# A young collection takes generations 0 up to this one: all but the oldest.
+YOUNG_GENERATIONS = 1
 
 
 @dataclass(frozen=True)
 class MemorySample:
     """One settled reading: NVML's figure for this process and the torch allocator's.
 
-    ``full_collection`` is False for a reading whose garbage collection skipped the objects
-    alive when ``DeviceMemoryProbe.young_collections()`` began: garbage among those still
-    holds its memory, so the figures are at least what a full collection gives, never less.
+    ``full_collection`` is False for a reading whose garbage collection took gc's young
+    generations only (``DeviceMemoryProbe.young_sample()``): garbage among older objects
+    still holds its memory, so the figures are at least what a full collection gives, never
+    less.
     """
 
     process_bytes: int
@@ -60,8 +60,8 @@ class MemoryReport:
 
     ``before`` is the baseline, taken after the warm-up when there is one;
     ``first_use_bytes`` is what the warm-up added (shown, never judged), None without one.
-    ``young_after`` is the reading of the block's garbage only that ``after`` replaced with
-    a full collection, because its growth was over the bound (``MemoryMeasurement.judge``).
+    ``young_after`` is the young reading (``full_collection`` False) that ``after`` replaced
+    with a full collection, because its growth was over the bound (``MemoryMeasurement.judge``).
     """
 
     device: str
@@ -214,12 +214,11 @@ class MemoryMeasurement:
     def judge(self, bound_mib: float) -> MemoryVerdict:
         """``judge_growth`` on the report, with a verdict as exact as a full collection's.
 
-        The baseline is exact, and the only garbage a young collection leaves is among the
-        objects frozen at the baseline (or at a full reading since) that died in the block;
-        so a young ``after`` reading is at least the full one, and growth within the bound
-        is within it. Growth over the
-        bound is judged on a reading taken again with a full collection, which replaces
-        ``after`` in the report (the young one is kept as ``young_after``).
+        The baseline is exact, and a young collection frees a part of what a full one frees,
+        so a young ``after`` reading is at least the full one, and growth within the bound is
+        within it. Growth over the bound is judged on a reading taken again with a full
+        collection, which replaces ``after`` in the report (the young one is kept as
+        ``young_after``).
         """
         if self.report is None:
             raise RuntimeError("no report to judge: the measured block has not ended normally")
@@ -236,9 +235,9 @@ class DeviceMemoryProbe:
 
     ``sample()`` settles and reads once, exactly. ``measure(warmup)`` brackets a block of
     code, running ``warmup`` (the workload once, undone, for example) before the baseline
-    so that first-use costs are not charged to the block. Inside ``young_collections()``,
-    ``young_sample()`` and ``sample_within(limit_bytes)`` are the cheap readings. Making one
-    raises LookupError where NVML is unavailable or does not know the device.
+    so that first-use costs are not charged to the block. ``young_sample()`` and
+    ``sample_within(limit_bytes)`` are the cheap readings, for after a full one. Making a
+    probe raises LookupError where NVML is unavailable or does not know the device.
     """
 
     def __init__(self, device: torch.device, *, interval_s: float = 0.005) -> None:
@@ -254,40 +253,13 @@ class DeviceMemoryProbe:
         self._handle = devices.nvml_handle(device)
         self._interval_s = interval_s
 
-    @contextmanager
-    def young_collections(self) -> Iterator[None]:
-        """Freeze every object gc tracks now (``gc.freeze()``) until the block ends, so that
-        a young reading's collection scans only the objects made since: a full collection
-        over all that torch keeps alive costs far more than the rest of a reading.
-
-        Nothing is frozen where the process froze objects itself or disabled gc (it manages
-        its objects' generations itself): young readings then collect fully. Inside another
-        probe's ``young_collections()``, the outer freeze serves. The freeze is undone when
-        the block ends, whichever way it ends (with any ``gc.freeze()`` the block made itself).
-        """
-        global _frozen_by_a_probe
-        if _frozen_by_a_probe or gc.get_freeze_count() or not gc.isenabled():
-            yield
-            return
-        gc.freeze()
-        _frozen_by_a_probe = True
-        try:
-            yield
-        finally:
-            _frozen_by_a_probe = False
-            # Back into the oldest generation, where the full collection before the freeze
-            # had already moved them.
-            gc.unfreeze()
-
     def settle(self, *, full_collection: bool = True) -> None:
-        """``settle(device)``; ``full_collection=False`` leaves the objects frozen by
-        ``young_collections()`` out of the collection, which a full one takes in too."""
-        if full_collection and _frozen_by_a_probe:
-            gc.unfreeze()
+        """``settle(device)``; ``full_collection=False`` collects gc's young generations only
+        (see ``young_sample()``)."""
+        if full_collection:
             gc.collect()
-            gc.freeze()  # what is alive now: young readings after this one skip it
         else:
-            gc.collect()
+            gc.collect(YOUNG_GENERATIONS)
         self.release_freed()
 
     def release_freed(self) -> None:
@@ -317,9 +289,20 @@ class DeviceMemoryProbe:
         return self._reading(full_collection=True)
 
     def young_sample(self) -> MemorySample:
-        """``sample()`` whose collection, inside ``young_collections()``, skips the objects
-        frozen there: cheap, and never below the exact figure. Elsewhere it is ``sample()``."""
-        return self._reading(full_collection=not _frozen_by_a_probe)
+        """The cheap reading: ``sample()`` with a collection of gc's young generations only,
+        never below the exact figure.
+
+        A full collection (a baseline's, any ``sample()``'s) leaves every survivor in the
+        oldest generation, so the young collection scans only objects made since (those gc's
+        automatic collections have not moved to the oldest yet) and frees their garbage: it
+        costs what the block made, not every object gc tracks. Garbage among older objects
+        keeps its memory until a full collection, so the figure may read high, never low: a
+        partial collection frees a part of what a full one frees. On Python 3.14's
+        incremental gc the collection is one increment instead, partial too. gc's state
+        (thresholds, frozen objects, enabled or not) is left as it is: an explicit collection
+        runs with gc disabled as well.
+        """
+        return self._reading(full_collection=False)
 
     def sample_within(self, limit_bytes: int) -> MemorySample:
         """``young_sample()``, taken again with ``sample()`` when NVML reads over
@@ -327,7 +310,7 @@ class DeviceMemoryProbe:
         if not isinstance(limit_bytes, (int, float)) or isinstance(limit_bytes, bool):
             raise TypeError(f"limit_bytes must be a number of bytes, got {limit_bytes!r}")
         young = self.young_sample()
-        if young.full_collection or young.process_bytes <= limit_bytes:
+        if young.process_bytes <= limit_bytes:
             return young
         return self.sample()
 
@@ -342,9 +325,9 @@ class DeviceMemoryProbe:
         """Measure the block; ``warmup``, when given, runs first and its cost is reported as
         ``first_use_bytes`` instead of growth.
 
-        The baseline is a full reading; the block runs inside ``young_collections()`` and
-        ends with a young reading, which the measurement's ``judge()`` takes again with a
-        full collection where it is over the bound.
+        The baseline is a full reading and the block ends with a young one, which the
+        measurement's ``judge()`` takes again with a full collection where it is over the
+        bound.
         """
         if warmup is not None and not callable(warmup):
             raise TypeError(f"warmup must be a callable or None, got {warmup!r}")
@@ -356,14 +339,13 @@ class DeviceMemoryProbe:
         before = self.sample()
         if warmup is not None:
             first_use = before.process_bytes - cold.process_bytes
-        with self.young_collections():
-            peak = _PeakSampler(self.process_bytes, self._interval_s, before.process_bytes)
-            peak.start()
-            try:
-                yield measurement
-            finally:
-                peak.stop()
-            after = self.young_sample()
+        peak = _PeakSampler(self.process_bytes, self._interval_s, before.process_bytes)
+        peak.start()
+        try:
+            yield measurement
+        finally:
+            peak.stop()
+        after = self.young_sample()
         measurement.report = MemoryReport(
             str(self.device), before, after, max(peak.value, after.process_bytes), first_use
         )

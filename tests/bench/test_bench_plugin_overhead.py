@@ -120,24 +120,24 @@ def test_parity_check_gpu_default(step_kind, cuda_benchmark, cuda_device, defaul
 @pytest.mark.parametrize("reading", ["baseline", "in_block"])
 def test_nvml_reading(cuda_benchmark, device_memory, reading):
     """One settled NVML reading: "baseline" is ``sample()`` (a full garbage collection, what a
-    baseline and any exact reading cost); "in_block" is the reading a measured block ends with,
-    whose collection skips the objects frozen at the baseline."""
+    baseline and any exact reading cost); "in_block" is ``young_sample()`` right after a full
+    reading, as a measured block ends (gc's young generations only)."""
     # A full collection's cost grows with the objects gc tracks, and earlier compile benchmarks
     # leave inductor's loaded: load them here too, so the figure is the same whatever ran first.
     import torch._inductor.compile_fx  # noqa: F401
 
+    def full_reading() -> None:
+        device_memory.sample()
+
     if reading == "baseline":
         cuda_benchmark(device_memory.sample)
-    else:
-        with device_memory.young_collections():
-            assert not device_memory.young_sample().full_collection, "nothing was frozen"
-            cuda_benchmark(device_memory.young_sample)
+    else:  # as at a measured block's end: a young reading after the full one of its baseline
+        cuda_benchmark.pedantic(device_memory.young_sample, setup=full_reading, rounds=20)
     cuda_benchmark.extra_info.update(
         bench="plugin_overhead",
         variant="nvml_reading",
         reading=reading,
         device="cuda",
         config="-",
-        # Counted outside the freeze: gc.get_objects() leaves frozen objects out.
         tracked_objects=len(gc.get_objects()),
     )

@@ -26,8 +26,8 @@ class SimulatedProcess(DeviceMemoryProbe):
     also pays one-off costs (library handles, lazily loaded kernels) that are never freed.
 
     ``drop_old_cycle()`` frees a reference cycle of objects alive at the baseline that holds
-    device memory: only a full collection gives that memory back. The gc freeze around the
-    block is the real one; the collections themselves are simulated and recorded."""
+    device memory: only a full collection gives that memory back. The collections are
+    simulated and recorded."""
 
     def __init__(self) -> None:  # no GPU here: nothing of the real probe is set up
         self.device = "cuda:0"
@@ -169,17 +169,13 @@ def test_judge_needs_the_block_to_have_ended() -> None:
 def test_sample_within_retakes_only_a_young_reading_over_its_limit() -> None:
     process = SimulatedProcess()
     process.hold_old_cycle()
-    with process.young_collections():
-        process.drop_old_cycle()
-        kept = process.sample_within(limit_bytes=CONTEXT + OLD_CYCLE)
-        assert (kept.process_bytes, kept.full_collection) == (CONTEXT + OLD_CYCLE, False)
-        assert process.collections == ["young"]
-        retaken = process.sample_within(limit_bytes=CONTEXT)
-        assert (retaken.process_bytes, retaken.full_collection) == (CONTEXT, True)
-        assert process.collections == ["young", "young", "full"]
-    # Outside young_collections() every reading is a full one, never taken twice.
-    assert process.sample_within(limit_bytes=0).full_collection
-    assert process.collections[3:] == ["full"]
+    process.drop_old_cycle()
+    kept = process.sample_within(limit_bytes=CONTEXT + OLD_CYCLE)
+    assert (kept.process_bytes, kept.full_collection) == (CONTEXT + OLD_CYCLE, False)
+    assert process.collections == ["young"]
+    retaken = process.sample_within(limit_bytes=CONTEXT)
+    assert (retaken.process_bytes, retaken.full_collection) == (CONTEXT, True)
+    assert process.collections == ["young", "young", "full"]
     with pytest.raises(TypeError, match="limit_bytes must be a number of bytes, got '1GiB'"):
         process.sample_within("1GiB")  # type: ignore[arg-type]
 
