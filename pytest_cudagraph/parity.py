@@ -66,12 +66,14 @@ def compare_outputs(
     Tensors must agree in shape, dtype and values (``|a - b| <= atol + rtol * |b|``, NaN
     equal to NaN; exact when both tolerances are 0); other leaves are compared with ``==``.
     """
-    return settle_comparison(pending_comparison(expected, actual, rtol, atol, path, sides))
+    pending = pending_comparison(expected, actual, rtol=rtol, atol=atol, path=path, sides=sides)
+    return settle_comparison(pending)
 
 
 def pending_comparison(
     expected: object,
     actual: object,
+    *,
     rtol: float = 0.0,
     atol: float = 0.0,
     path: str = "output",
@@ -96,7 +98,12 @@ def pending_comparison(
             )
         for key in expected.keys() & actual.keys():
             found += pending_comparison(
-                expected[key], actual[key], rtol, atol, f"{path}[{key!r}]", sides
+                expected[key],
+                actual[key],
+                rtol=rtol,
+                atol=atol,
+                path=f"{path}[{key!r}]",
+                sides=sides,
             )
         return found
     if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
@@ -104,7 +111,9 @@ def pending_comparison(
             return [Mismatch(path, f"length {len(expected)} in {first}, {len(actual)} in {second}")]
         found = []
         for index, (one, other) in enumerate(zip(expected, actual, strict=True)):
-            found += pending_comparison(one, other, rtol, atol, f"{path}[{index}]", sides)
+            found += pending_comparison(
+                one, other, rtol=rtol, atol=atol, path=f"{path}[{index}]", sides=sides
+            )
         return found
     # Values compared by walking into them rather than with ==.
     structures = (torch.Tensor, Mapping, list, tuple)
@@ -397,7 +406,7 @@ class ParityChecker:
                 ]
                 # Read after the last case: a read per case would make the host wait for the
                 # device every case, instead of preparing the next one while it works.
-                found += pending_comparison(expected, actual, rtol, atol)
+                found += pending_comparison(expected, actual, rtol=rtol, atol=atol)
             kept[f"case {index} output"] = actual
             title = f"case {index} of {len(case_values)}"
             if not isinstance(cases, int):
