@@ -1,6 +1,7 @@
 """The AR forward at the default config, memory length 64, per (batch, seq) key: the upstream
-eager step, the same step on bf16 weights (what the exact graphs replay), the lean step, torch.compile
-"reduce-overhead" on those same bf16 weights, and the graph cache of the exact and of the lean step.
+eager step, the same step on bf16 weights (what the exact graphs replay), the lean step,
+torch.compile "reduce-overhead" on those same bf16 weights, and the graph caches of the exact and
+the lean step.
 
 Every variant is timed the same way: one call per round (input staging, forward and the fp32
 copy of the logits, as the sampler makes it once per step) between device synchronizations. The
@@ -9,7 +10,7 @@ benchmark finds its partners' figures in ``bench_results`` and the GPU is in the
 all of them. A graph's speed-up over its own eager step is timed again in interleaved pairs
 (``paired_speedup``), which keeps clock drift out of that ratio where the two are close.
 compile runs before the key's graphs are captured: a graph kept alive while compile's CUDA-graph
-trees record has crashed the process (docs/benchmarks.md).
+trees record has crashed the process (docs/lean.md).
 """
 
 from __future__ import annotations
