@@ -256,8 +256,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             [
                 "key",
                 "exact graph / upstream eager",
-                "exact graph / own eager",
-                "fast path / own eager",
+                "exact graph / own eager (paired)",
+                "fast path / own eager (paired)",
                 "fast path / compile",
                 "exact capture s",
                 "fast path build s",
@@ -404,8 +404,9 @@ def _who_wins_prose(forward: dict[tuple[int, ...], dict[str, Any]]) -> list[str]
     if not lines:
         return []
     return [
-        "Who wins where (each ratio is the other's ms over the first's: above 1x the first "
-        "is faster):",
+        "Who wins where (each ratio is the other's median ms over the first's: above 1x the "
+        "first is faster; the table below gives each graph against its own eager step again, "
+        "timed in interleaved pairs):",
         "",
         *lines,
     ]
