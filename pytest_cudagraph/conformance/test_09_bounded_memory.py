@@ -5,7 +5,7 @@ First-use costs (cuBLAS workspaces for each stream used, lazily loaded kernels, 
 model's first call) are paid by a warm-up before the baseline: one graphed call of the largest
 case, a reset, and one eager call. They are reported, not judged, so whatever ran before this
 check does not change its verdict. The baseline and the largest graph's growth, from which
-the bound is derived, are exact readings (a full garbage collection); the readings over the 40
+the bound is derived, are exact readings (a full garbage collection); the readings over the
 shapes collect gc's young generations only, which can only read high, and one over its limit
 is taken again in full, so every verdict is what full readings would give. The
 graph_memory_bound marker also bounds the whole body, warm-up included, to 512 MiB after the
