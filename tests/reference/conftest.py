@@ -1,4 +1,5 @@
-"""Tiny models, one encoded target and transfer spies, shared by the reference tests."""
+"""Tiny models, one encoded target and transfer spies, shared by the reference tests; and the
+upstream-sized decoder on the GPU for the GPU test modules."""
 
 from __future__ import annotations
 
@@ -11,6 +12,19 @@ from torch import Tensor
 
 from reasyn_ref import ARSampler, Decoder, DecoderConfig, Encoder, EncoderConfig, save_checkpoint
 from reasyn_ref.workloads import seeded_decoder, seeded_encoder
+
+
+@pytest.fixture(scope="module")
+def device() -> torch.device:
+    """The current CUDA device, for the GPU test modules (they skip without CUDA)."""
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+@pytest.fixture(scope="module")
+def decoder(device: torch.device) -> Decoder:
+    """The default (upstream-sized) decoder with random weights on ``device``, one per GPU test
+    module."""
+    return seeded_decoder(DecoderConfig(), 0, device)
 
 
 @pytest.fixture

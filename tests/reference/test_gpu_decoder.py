@@ -20,12 +20,6 @@ START = 1
 
 
 @pytest.fixture(scope="module")
-def decoder() -> Decoder:
-    """The default (upstream-sized) decoder on the GPU."""
-    return seeded_decoder(DecoderConfig(), 0, "cuda")
-
-
-@pytest.fixture(scope="module")
 def target(decoder: Decoder) -> tuple[torch.Tensor, torch.Tensor]:
     """One target's memory [1, 64, 768] and mask, the last 8 positions padding, on the GPU."""
     return target_memory(decoder.config, 64, padded=8, seed=0, device="cuda")

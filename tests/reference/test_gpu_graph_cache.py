@@ -51,17 +51,6 @@ def graphed(cache: GraphCache, step: ARStep) -> Tensor:
     return cache(step)
 
 
-@pytest.fixture(scope="module")
-def device() -> torch.device:
-    return torch.device("cuda", torch.cuda.current_device())
-
-
-@pytest.fixture(scope="module")
-def decoder(device) -> Decoder:
-    """The default (upstream-sized) decoder with random weights, on the GPU."""
-    return seeded_decoder(DecoderConfig(), 0, device)
-
-
 # --- the answers ---------------------------------------------------------------------------
 
 

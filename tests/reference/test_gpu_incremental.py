@@ -15,7 +15,6 @@ import torch
 from torch import Tensor
 
 from reasyn_ref import (
-    Decoder,
     DecoderConfig,
     EagerSteps,
     IncrementalDecoder,
@@ -23,7 +22,7 @@ from reasyn_ref import (
     StepGraphCache,
     StepKey,
 )
-from reasyn_ref.model import ar_step_logits, seeded_decoder, step_context, with_bf16_matmul_weights
+from reasyn_ref.model import ar_step_logits, step_context, with_bf16_matmul_weights
 from reasyn_ref.sampler import pad_rows
 
 pytestmark = pytest.mark.skipif(
@@ -48,16 +47,6 @@ KEYS = (
 # scale. Measured as a proxy with CPU bf16 autocast at this config: 1 ulp (0.76%).
 BF16_TOLERANCE = 2**-5
 FP32_TOLERANCE = 1e-4  # of the row's largest |logit|; reduction order only
-
-
-@pytest.fixture(scope="module")
-def device() -> torch.device:
-    return torch.device("cuda", torch.cuda.current_device())
-
-
-@pytest.fixture(scope="module")
-def decoder(device) -> Decoder:
-    return seeded_decoder(DecoderConfig(), 0).to(device)
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from reasyn_ref import ARSampler, Decoder, DecoderConfig
+from reasyn_ref import ARSampler
 from reasyn_ref.graph_cache import GraphCache, GraphKey
 from reasyn_ref.lean import LEAN_TOLERANCE, LeanDecoder
 from reasyn_ref.model import ar_step_logits
-from reasyn_ref.workloads import random_prefixes, random_step, seeded_decoder
+from reasyn_ref.workloads import random_prefixes, random_step
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs CUDA: CUDA graphs exist only on a GPU"
@@ -30,16 +30,6 @@ KEYS = (
     GraphKey(64, 128, 64, True, shared_memory=True),
     GraphKey(256, 512, 64, True, shared_memory=True),
 )
-
-
-@pytest.fixture(scope="module")
-def device() -> torch.device:
-    return torch.device("cuda", torch.cuda.current_device())
-
-
-@pytest.fixture(scope="module")
-def decoder(device) -> Decoder:
-    return seeded_decoder(DecoderConfig(), 0, device)
 
 
 def test_lean_graphs_replay_the_lean_step_bit_for_bit(decoder, device):
