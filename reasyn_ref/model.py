@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from .checks import check_bool, check_count, check_int, describe
 from .config import DecoderConfig, EncoderConfig
@@ -184,16 +185,15 @@ def seeded_init(
     ``seed``, in eval mode on ``draw_on``: the same weights from any thread, and the global RNG
     is neither read nor changed. Drawn on the CPU (the default), a seed gives the same weights
     wherever the model goes next; drawn on a GPU they take milliseconds instead of seconds, but
-    differ from the CPU's (another generator). The model is built on the meta device (no default init runs),
-    then its parameters are drawn module by module, children first, with the scale of torch's
+    differ from the CPU's (another generator). The model is built on ``draw_on`` with torch's
+    default init skipped, then its parameters are drawn module by module, children first, with the scale of torch's
     default init (Linear: uniform +-1/sqrt(fan_in); attention: Xavier uniform input
     projection, zero biases; LayerNorm: ones and zeros; Embedding: standard normal) and its
     buffers rebuilt."""
     check_int("seed", seed, minimum=0)
     draw_on = torch.device(draw_on)
-    with torch.device("meta"):
+    with torch.device(draw_on), _FillsSkipped():
         model = build()
-    model.to_empty(device=draw_on)
     # Built on the CPU wherever the weights are drawn: the buffers are not saved in checkpoints,
     # so a loaded copy rebuilds them there, and must get the same bits.
     model._build_buffers()
@@ -204,6 +204,24 @@ def seeded_init(
         for module in reversed(list(model.modules())):
             _draw_parameters(module, generator)
     return model.to(draw_on).eval()
+
+
+class _FillsSkipped(TorchFunctionMode):
+    """Skips the fills of torch's default init while ``seeded_init`` builds a model: its
+    parameters are allocated and left for ``_draw_parameters``, and the global RNG is not
+    touched. (A build on the meta device would do the same, but meta ops run as Python
+    references whose first call imports torch._dynamo: seconds of a fresh process's time.)"""
+
+    FILLS = frozenset(
+        {"normal_", "uniform_", "trunc_normal_", "fill_", "zero_", "constant_", "ones_", "zeros_"}
+        | {"kaiming_uniform_", "kaiming_normal_", "xavier_uniform_", "xavier_normal_"}
+    )
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", None) in self.FILLS:
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)
 
 
 def _draw_parameters(module: nn.Module, generator: torch.Generator) -> None:

@@ -3,6 +3,8 @@ construction (CPU)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -299,6 +301,22 @@ def test_seeded_models_neither_read_nor_change_the_global_rng():
     assert same_weights(first, seeded_decoder(DecoderConfig.tiny(), 5))
     seeded_encoder(EncoderConfig.tiny(), 5)
     assert torch.equal(torch.get_rng_state(), torch.manual_seed(999).get_state())
+
+
+def test_building_a_seeded_model_does_not_import_dynamo():
+    """torch._dynamo takes seconds to import; a model built on the meta device imported it
+    (meta ops run as Python references), and every conformance run and worker paid for it."""
+    script = (
+        "import sys\n"
+        "from reasyn_ref import DecoderConfig, EncoderConfig\n"
+        "from reasyn_ref.model import seeded_decoder, seeded_encoder\n"
+        "seeded_decoder(DecoderConfig.tiny(), 0)\n"
+        "seeded_encoder(EncoderConfig.tiny(), 0)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('torch._dynamo')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_seeded_decoders_built_in_threads_equal_those_built_alone():
