@@ -49,9 +49,11 @@ TARGET_SEED = 1  # the memory the sampler and the worker jobs decode from
 SAMPLE_PREFIX_LENGTHS = (1, 5, 17, 40, 63, 70)
 SAMPLE_MAX_LEN = 96
 SAMPLE_MEMORY_LEN = 64
-# Worker jobs: one per worker of the two the check starts; rows stop at WORKER_MAX_LEN (past the
-# 64 bucket), since what is checked is the shared lock and the answers, not long sampling.
+# Worker jobs: one per worker of the two the check starts, each the longest sampling prefixes
+# decoded to WORKER_MAX_LEN (past the 64 bucket in a few steps), since what is checked is the
+# shared lock and the answers, not long sampling.
 WORKER_JOB_SEEDS = (11, 12)
+WORKER_PREFIX_LENGTHS = SAMPLE_PREFIX_LENGTHS[3:]
 WORKER_MAX_LEN = 72
 
 
@@ -249,8 +251,9 @@ class ReferenceTarget(SeededTarget):
         """Sample a few jobs through a WorkerPool on this GPU and, in this process, eagerly;
         returns (the pool's results, the eager results)."""
         memory, padding = sample_target(self.config)
+        prefixes = sample_prefixes(self.config, WORKER_PREFIX_LENGTHS)
         jobs = [
-            SampleJob(memory, padding, sample_prefixes(self.config), seed, max_len=WORKER_MAX_LEN)
+            SampleJob(memory, padding, prefixes, seed, max_len=WORKER_MAX_LEN)
             for seed in WORKER_JOB_SEEDS
         ]
         with WorkerPool(
@@ -338,15 +341,17 @@ def sample_target(config: DecoderConfig) -> tuple[Tensor, Tensor]:
     return memory, padding
 
 
-def sample_prefixes(config: DecoderConfig) -> list[list[int]]:
-    """Prefixes of SAMPLE_PREFIX_LENGTHS tokens: the start token, then random ones."""
+def sample_prefixes(
+    config: DecoderConfig, lengths: Sequence[int] = SAMPLE_PREFIX_LENGTHS
+) -> list[list[int]]:
+    """Prefixes of ``lengths`` tokens: the start token, then random ones."""
     generator = torch.Generator().manual_seed(TARGET_SEED)
     return [
         [
             config.start_token,
             *torch.randint(3, config.vocab_size, (n - 1,), generator=generator).tolist(),
         ]
-        for n in SAMPLE_PREFIX_LENGTHS
+        for n in lengths
     ]
 
 
