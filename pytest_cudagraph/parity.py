@@ -127,27 +127,33 @@ def pending_comparison(
 
 @dataclass(frozen=True)
 class PendingValues:
-    """Two same-shaped tensors' value comparison, its figures still where the tensors are
-    (0-d tensors: no device synchronization until they are read)."""
+    """Two same-shaped tensors' value comparison, queued on their device: which elements
+    differ and how many (nothing read until ``mismatch()``). A pair that differs gets its
+    first index and largest difference when read; the tensors are kept until then, and the
+    largest difference is taken from what they hold then (an output overwritten after its
+    call breaks the storage rule, which reports it)."""
 
     path: str
-    shape: tuple[int, ...]
+    expected: torch.Tensor
+    actual: torch.Tensor
+    differs: torch.Tensor
     differing: torch.Tensor
-    first_flat_index: torch.Tensor
-    max_abs_diff: torch.Tensor
 
     def mismatch(self) -> Mismatch | None:
+        import torch
+
         differing = int(self.differing)
         if differing == 0:
             return None
-        flat, index = int(self.first_flat_index), []
-        for size in reversed(self.shape):
+        flat = int(self.differs.flatten().to(torch.uint8).argmax())  # the first True
+        index = []
+        for size in reversed(self.differs.shape):
             flat, position = divmod(flat, size)
             index.append(position)
-        numel = math.prod(self.shape)
-        return Mismatch(
-            self.path, "", tuple(reversed(index)), float(self.max_abs_diff), differing, numel
-        )
+        gaps = (_widen(self.expected) - _widen(self.actual)).abs()
+        largest = float(torch.where(self.differs, gaps, 0).max())
+        numel = self.differs.numel()
+        return Mismatch(self.path, "", tuple(reversed(index)), largest, differing, numel)
 
 
 def settle_comparison(found: Iterable[Mismatch | PendingValues]) -> list[Mismatch]:
@@ -168,8 +174,6 @@ def _pending_tensors(
     path: str,
     sides: tuple[str, str],
 ) -> Mismatch | PendingValues | None:
-    import torch
-
     first, second = sides
     if expected.shape != actual.shape:
         return Mismatch(
@@ -181,14 +185,7 @@ def _pending_tensors(
         return None
     expected, actual = expected.detach(), actual.detach().to(expected.device)
     differs = ~_close(expected, actual, rtol, atol)
-    gaps = (_widen(expected) - _widen(actual)).abs()
-    return PendingValues(
-        path,
-        tuple(expected.shape),
-        differs.sum(),
-        differs.flatten().to(torch.uint8).argmax(),  # the first True (0 when none)
-        torch.where(differs, gaps, torch.zeros((), dtype=gaps.dtype, device=gaps.device)).max(),
-    )
+    return PendingValues(path, expected, actual, differs, differs.sum())
 
 
 def _close(expected: torch.Tensor, actual: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
@@ -300,22 +297,41 @@ def storage_overlaps(
     output kept from an earlier call is overwritten by the next replay (or makes a parity
     check compare a tensor with itself), so the caller must get memory of its own.
     """
-    extents = [
-        (other_path, _storage_extent(tensor))
-        for name, value in others.items()
-        for other_path, tensor in _tensors(value, name)
-    ]
+    extents = [extent for name, value in others.items() for extent in _storage_extents(value, name)]
+    return _overlapping(output, extents, path=path)
+
+
+_Extent = tuple[str, int, int]  # (device, first byte, end) of a tensor's whole storage
+
+
+def _storage_extents(value: object, name: str) -> list[tuple[str, _Extent]]:
+    """(path, extent) of each tensor in ``value`` that has storage; paths start at ``name``."""
+    found = []
+    for path, tensor in _tensors(value, name):
+        extent = _storage_extent(tensor)
+        if extent is not None:
+            found.append((path, extent))
+    return found
+
+
+def _overlapping(
+    output: object, extents: Iterable[tuple[str, _Extent]], *, path: str = "output"
+) -> list[StorageOverlap]:
+    """``storage_overlaps`` against extents taken earlier (``_storage_extents``)."""
+    extents = list(extents)
     found = []
     for output_path, tensor in _tensors(output, path):
         mine = _storage_extent(tensor)
+        if mine is None:
+            continue
         for other_path, theirs in extents:
-            if _overlap(mine, theirs):
+            if mine[0] == theirs[0] and mine[1] < theirs[2] and theirs[1] < mine[2]:
                 found.append(StorageOverlap(output_path, other_path))
     return found
 
 
-def _storage_extent(tensor: torch.Tensor) -> tuple[str, int, int] | None:
-    """(device, first byte, end) of the tensor's whole storage; None when it has none."""
+def _storage_extent(tensor: torch.Tensor) -> _Extent | None:
+    """The tensor's storage extent; None when it has none."""
     import torch
 
     if tensor.layout != torch.strided or tensor.device.type == "meta":
@@ -324,12 +340,6 @@ def _storage_extent(tensor: torch.Tensor) -> tuple[str, int, int] | None:
     if storage.nbytes() == 0:
         return None
     return str(tensor.device), storage.data_ptr(), storage.data_ptr() + storage.nbytes()
-
-
-def _overlap(one: tuple[str, int, int] | None, other: tuple[str, int, int] | None) -> bool:
-    if one is None or other is None or one[0] != other[0]:
-        return False
-    return one[1] < other[2] and other[1] < one[2]
 
 
 class ParityChecker:
@@ -385,33 +395,42 @@ class ParityChecker:
         """
         case_values = self._case_values(cases)
         compared = []
-        kept: dict[str, object] = {}
-        for index, case in enumerate(case_values):
-            seed = self.seed + index
-            # Only the graphed side is held to no_host_sync; the rest is the harness.
-            with host_syncs_allowed(self.device):
-                eager_inputs = self._make_seeded(make_inputs, case, seed)
-                shapes = tuple(
-                    f"{path} {tuple(tensor.shape)}" for path, tensor in _tensors(eager_inputs, "")
-                )
-                expected = self._call_seeded(eager, eager_inputs, seed)
-                graphed_inputs = self._make_seeded(make_inputs, case, seed)
-            actual = self._call_seeded(graphed, graphed_inputs, seed)
-            with host_syncs_allowed(self.device):
-                overlaps = storage_overlaps(
-                    actual, {"inputs": graphed_inputs, "eager output": expected, **kept}
-                )
-                found: list[Mismatch | PendingValues] = [
-                    Mismatch(o.output, f"shares storage with {o.other}") for o in overlaps
-                ]
-                # Read after the last case: a read per case would make the host wait for the
-                # device every case, instead of preparing the next one while it works.
-                found += pending_comparison(expected, actual, rtol=rtol, atol=atol)
-            kept[f"case {index} output"] = actual
-            title = f"case {index} of {len(case_values)}"
-            if not isinstance(cases, int):
-                title += f" ({case!r})"
-            compared.append((title, shapes, found))
+        # Kept until the check ends, so that memory freed and handed out again never looks
+        # shared; their extents are taken once.
+        kept_outputs: list[object] = []
+        kept_extents: list[tuple[str, _Extent]] = []
+        with self._rng_restored():
+            for index, case in enumerate(case_values):
+                seed = self.seed + index
+                # Only the graphed side is held to no_host_sync; the rest is the harness.
+                with host_syncs_allowed(self.device):
+                    eager_inputs = self._make_seeded(make_inputs, case, seed)
+                    shapes = tuple(
+                        f"{path} {tuple(tensor.shape)}"
+                        for path, tensor in _tensors(eager_inputs, "")
+                    )
+                    expected = self._call_seeded(eager, eager_inputs, seed)
+                    graphed_inputs = self._make_seeded(make_inputs, case, seed)
+                actual = self._call_seeded(graphed, graphed_inputs, seed)
+                with host_syncs_allowed(self.device):
+                    others = [
+                        *_storage_extents(graphed_inputs, "inputs"),
+                        *_storage_extents(expected, "eager output"),
+                        *kept_extents,
+                    ]
+                    found: list[Mismatch | PendingValues] = [
+                        Mismatch(o.output, f"shares storage with {o.other}")
+                        for o in _overlapping(actual, others)
+                    ]
+                    # Read after the last case: a read per case would make the host wait for
+                    # the device every case, instead of preparing the next one while it works.
+                    found += pending_comparison(expected, actual, rtol=rtol, atol=atol)
+                kept_outputs.append(actual)
+                kept_extents += _storage_extents(actual, f"case {index} output")
+                title = f"case {index} of {len(case_values)}"
+                if not isinstance(cases, int):
+                    title += f" ({case!r})"
+                compared.append((title, shapes, found))
         with host_syncs_allowed(self.device):
             outcomes = [
                 CaseOutcome(title, shapes, tuple(settle_comparison(found)))
@@ -512,27 +531,38 @@ class ParityChecker:
         import torch
 
         # Seeded globally too, so inputs drawn without the generator still match.
-        with self._seeded(seed):
-            return make_inputs(torch.Generator(device=self.device).manual_seed(seed), case)
+        self._seed_generators(seed)
+        return make_inputs(torch.Generator(device=self.device).manual_seed(seed), case)
+
+    def _call_seeded(self, function: Callable[..., object], inputs: object, seed: int) -> object:
+        self._seed_generators(seed)
+        if isinstance(inputs, Mapping):
+            return function(**inputs)
+        if isinstance(inputs, (tuple, list)):
+            return function(*inputs)
+        return function(inputs)
 
     @contextmanager
     def _seeded(self, seed: int) -> Iterator[None]:
+        with self._rng_restored():
+            self._seed_generators(seed)
+            yield
+
+    @contextmanager
+    def _rng_restored(self) -> Iterator[None]:
+        """The global CPU and CUDA generators as they were before the block, afterwards."""
         import torch
 
         cuda_devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=cuda_devices, device_type="cuda"):
-            torch.default_generator.manual_seed(seed)
-            if cuda_devices:
-                torch.cuda.default_generators[self.device.index].manual_seed(seed)
             yield
 
-    def _call_seeded(self, function: Callable[..., object], inputs: object, seed: int) -> object:
-        with self._seeded(seed):
-            if isinstance(inputs, Mapping):
-                return function(**inputs)
-            if isinstance(inputs, (tuple, list)):
-                return function(*inputs)
-            return function(inputs)
+    def _seed_generators(self, seed: int) -> None:
+        import torch
+
+        torch.default_generator.manual_seed(seed)
+        if self.device.type == "cuda":
+            torch.cuda.default_generators[self.device.index].manual_seed(seed)
 
 
 def _tensors(value: object, path: str) -> Iterator[tuple[str, torch.Tensor]]:

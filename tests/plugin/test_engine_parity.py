@@ -174,6 +174,29 @@ def test_pending_comparisons_hold_their_figures_until_settled() -> None:
     assert mismatch.path == "output['b'][0]" and mismatch.first_index == (0,)
 
 
+def test_which_elements_differ_is_taken_at_the_call_not_when_read() -> None:
+    """An eager side that returns one buffer it rewrites every call: by the time the check
+    reads its figures, case 0's expected output holds case 2's values. What differed, and
+    where, is still case 0's own."""
+    buffer = torch.empty(4, 3)
+
+    def eager_into_buffer(x: torch.Tensor) -> torch.Tensor:
+        return torch.mul(x, 2, out=buffer)
+
+    def graphed(x: torch.Tensor) -> torch.Tensor:
+        out = x * 2
+        if graphed.calls == 0:
+            out[1, 2] += 1  # case 0 differs in one element
+        graphed.calls += 1
+        return out
+
+    graphed.calls = 0
+    result = ParityChecker("cpu").check(eager_into_buffer, graphed, one_input, cases=3)
+    assert [outcome.passed for outcome in result.outcomes] == [False, True, True]
+    (mismatch,) = result.outcomes[0].mismatches
+    assert (mismatch.first_index, mismatch.differing, mismatch.numel) == ((1, 2), 1, 12)
+
+
 def test_check_reads_every_case_after_the_last_one_ran() -> None:
     calls: list[str] = []
 
