@@ -11,15 +11,21 @@ and docs/benchmarks.md name ``{cudagraph_stack_id}`` in their benchmark paths.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
-from bench_workloads import BenchResults, make_decoder
+from bench_workloads import BenchResults, host_bound_first, make_decoder
 
 from reasyn_ref import Decoder
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: takes tens of seconds (torch.compile)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    host_bound_first(items, Path(__file__).parent)
 
 
 @pytest.fixture(scope="session")

@@ -43,7 +43,8 @@ def parity_inputs(config: DecoderConfig, generator: torch.Generator, case: int) 
         return torch.randint(low, high, shape, generator=generator, device=device)
 
     lengths = draw(1, seq + 1, (batch,))
-    lengths[0] = seq
+    # Not lengths[0] = seq: that copies from the host and waits for the device.
+    lengths[:1].fill_(seq)
     tokens = draw(3, config.vocab_size, (batch, seq))
     tokens[:, 0] = config.start_token
     padding = torch.arange(seq, device=device) >= lengths[:, None]
