@@ -186,10 +186,10 @@ def seeded_init(
     is neither read nor changed. Drawn on the CPU (the default), a seed gives the same weights
     wherever the model goes next; drawn on a GPU they take milliseconds instead of seconds, but
     differ from the CPU's (another generator). The model is built on ``draw_on`` with torch's
-    default init skipped, then its parameters are drawn module by module, children first, with the scale of torch's
-    default init (Linear: uniform +-1/sqrt(fan_in); attention: Xavier uniform input
-    projection, zero biases; LayerNorm: ones and zeros; Embedding: standard normal) and its
-    buffers rebuilt."""
+    default init skipped, then its parameters are drawn module by module, children first,
+    with the scale of torch's default init (Linear: uniform +-1/sqrt(fan_in); attention:
+    Xavier uniform input projection, zero biases; LayerNorm: ones and zeros; Embedding:
+    standard normal) and its buffers rebuilt."""
     check_int("seed", seed, minimum=0)
     draw_on = torch.device(draw_on)
     with torch.device(draw_on), _FillsSkipped():
