@@ -14,21 +14,21 @@ __version__ = "0.1.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
-    "ParityChecker": "pytest_cudagraph.parity",
-    "ParityResult": "pytest_cudagraph.parity",
-    "Mismatch": "pytest_cudagraph.parity",
-    "compare_outputs": "pytest_cudagraph.parity",
-    "DeviceMemoryProbe": "pytest_cudagraph.memory",
-    "MemoryReport": "pytest_cudagraph.memory",
-    "judge_growth": "pytest_cudagraph.memory",
-    "host_syncs_fail": "pytest_cudagraph.hostsync",
-    "FaultInjector": "pytest_cudagraph.faults",
-    "CudaGraphTarget": "pytest_cudagraph.target",
-    "TargetError": "pytest_cudagraph.target",
-    "cuda_graph_parity": "pytest_cudagraph.markers.parity",
-    "graph_memory_bound": "pytest_cudagraph.markers.memory",
-    "no_host_sync": "pytest_cudagraph.markers.hostsync",
-    "pinned_stack": "pytest_cudagraph.markers.stack",
+    "ParityChecker": "pytest_cudagraph.engines.parity",
+    "ParityResult": "pytest_cudagraph.engines.parity",
+    "Mismatch": "pytest_cudagraph.engines.parity",
+    "compare_outputs": "pytest_cudagraph.engines.parity",
+    "DeviceMemoryProbe": "pytest_cudagraph.engines.memory",
+    "MemoryReport": "pytest_cudagraph.engines.memory",
+    "judge_growth": "pytest_cudagraph.engines.memory",
+    "host_syncs_fail": "pytest_cudagraph.engines.hostsync",
+    "FaultInjector": "pytest_cudagraph.engines.faults",
+    "CudaGraphTarget": "pytest_cudagraph.conformance.target",
+    "TargetError": "pytest_cudagraph.conformance.target",
+    "cuda_graph_parity": "pytest_cudagraph.markers.cuda_graph_parity",
+    "graph_memory_bound": "pytest_cudagraph.markers.graph_memory_bound",
+    "no_host_sync": "pytest_cudagraph.markers.no_host_sync",
+    "pinned_stack": "pytest_cudagraph.markers.pinned_stack",
 }
 __all__ = [
     "CudaGraphTarget",
@@ -50,15 +50,20 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from pytest_cudagraph.faults import FaultInjector
-    from pytest_cudagraph.hostsync import host_syncs_fail
-    from pytest_cudagraph.markers.hostsync import no_host_sync
-    from pytest_cudagraph.markers.memory import graph_memory_bound
-    from pytest_cudagraph.markers.parity import cuda_graph_parity
-    from pytest_cudagraph.markers.stack import pinned_stack
-    from pytest_cudagraph.memory import DeviceMemoryProbe, MemoryReport, judge_growth
-    from pytest_cudagraph.parity import Mismatch, ParityChecker, ParityResult, compare_outputs
-    from pytest_cudagraph.target import CudaGraphTarget, TargetError
+    from pytest_cudagraph.conformance.target import CudaGraphTarget, TargetError
+    from pytest_cudagraph.engines.faults import FaultInjector
+    from pytest_cudagraph.engines.hostsync import host_syncs_fail
+    from pytest_cudagraph.engines.memory import DeviceMemoryProbe, MemoryReport, judge_growth
+    from pytest_cudagraph.engines.parity import (
+        Mismatch,
+        ParityChecker,
+        ParityResult,
+        compare_outputs,
+    )
+    from pytest_cudagraph.markers.cuda_graph_parity import cuda_graph_parity
+    from pytest_cudagraph.markers.graph_memory_bound import graph_memory_bound
+    from pytest_cudagraph.markers.no_host_sync import no_host_sync
+    from pytest_cudagraph.markers.pinned_stack import pinned_stack
 
 
 def __getattr__(name: str) -> object:

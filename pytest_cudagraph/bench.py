@@ -41,11 +41,12 @@ def synchronizing_timer(device: torch.device) -> Callable[[], float]:
 
 def gpu_machine_info() -> dict[str, object]:
     """GPU, driver, torch and CUDA, so saved benchmarks from different stacks tell apart."""
-    from pytest_cudagraph import devices, report
+    from pytest_cudagraph import results
+    from pytest_cudagraph.engines.units import MiB
 
-    facts = report.stack_facts()
+    facts = results.stack_facts()
     return {
-        "gpus": [f"{gpu.name} ({gpu.total_bytes // devices.MiB} MiB)" for gpu in facts.gpus],
+        "gpus": [f"{gpu.name} ({gpu.total_bytes // MiB} MiB)" for gpu in facts.gpus],
         "nvidia_driver": facts.driver,
         "torch": facts.torch,
         "torch_cuda": facts.torch_cuda,
@@ -62,9 +63,9 @@ def stack_id_of(python: str, torch_version: str, cuda: str | None, gpu: str | No
 
 def stack_id() -> str:
     """This process's stack id (the GPU is the first visible one)."""
-    from pytest_cudagraph import report
+    from pytest_cudagraph import results
 
-    facts = report.stack_facts()
+    facts = results.stack_facts()
     if not facts.gpus:
         return stack_id_of(facts.python, facts.torch, None, None)
     return stack_id_of(facts.python, facts.torch, facts.torch_cuda, facts.gpus[0].name)

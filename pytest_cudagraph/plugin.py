@@ -20,20 +20,18 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_cudagraph import devices, settings
-from pytest_cudagraph import report as reports
-from pytest_cudagraph.conformance import summary as conformance_summary
+from pytest_cudagraph import results, settings
+from pytest_cudagraph.engines import devices
 from pytest_cudagraph.markers import SECTIONS, MarkerArgumentError, MarkerFeature
-from pytest_cudagraph.markers.hostsync import NoHostSyncMarker
-from pytest_cudagraph.markers.memory import MemoryBoundMarker
-from pytest_cudagraph.markers.parity import ParityMarker
-from pytest_cudagraph.markers.stack import PinnedStackMarker
+from pytest_cudagraph.markers.cuda_graph_parity import ParityMarker
+from pytest_cudagraph.markers.graph_memory_bound import MemoryBoundMarker
+from pytest_cudagraph.markers.no_host_sync import NoHostSyncMarker
+from pytest_cudagraph.markers.pinned_stack import PinnedStackMarker
 
 if TYPE_CHECKING:
     import torch
 
-    from pytest_cudagraph.faults import FaultInjector
-    from pytest_cudagraph.target import CudaGraphTarget
+    from pytest_cudagraph.engines.faults import FaultInjector
 
 # One line per marker; its module holds the rest.
 FEATURES: tuple[type[MarkerFeature], ...] = (
@@ -54,12 +52,11 @@ FIXTURES = frozenset(
         "cuda_benchmark",
     )
 )
-NEEDS_CUDA = "needs CUDA: torch.cuda.is_available() is False"
-
 FEATURE_OBJECTS = pytest.StashKey[tuple[MarkerFeature, ...]]()
 BINDING = pytest.StashKey[devices.DeviceBinding]()
 USED_BY = pytest.StashKey[list[str]]()
 STRAY_CHECKS = pytest.StashKey[list[devices.StrayCheck]]()
+RECORDS = pytest.StashKey[list[results.Record]]()
 STRAY_CHECK_OUTPUT = "cudagraph_stray_check"  # key in xdist's workeroutput
 
 
@@ -77,33 +74,24 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[BINDING] = _bind_device(config, snapshot)
     config.stash[USED_BY] = snapshot.given()
     config.stash[STRAY_CHECKS] = []
-    config.stash[reports.SUMMARY_RECORDS] = []
+    config.stash[RECORDS] = []
     features = config.stash[FEATURE_OBJECTS] = tuple(feature(config) for feature in FEATURES)
     for feature in features:
         config.addinivalue_line("markers", feature.help())
         config.pluginmanager.register(feature, f"cudagraph-{feature.name()}")
-        reports.add_summary_renderer(config, feature.summary_lines)
+        section = feature.section()
+        if section is not None:
+            results.add_section(config, section)
     config.pluginmanager.register(
-        _SummaryRecords(config, [feature.name() for feature in features]),
-        "cudagraph-summary-records",
+        _RecordGatherer(config, [feature.name() for feature in features]),
+        "cudagraph-records",
     )
-    conformance_summary.register(config, _target_spec(config, snapshot))
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(config), "cudagraph-xdist")
     if config.pluginmanager.hasplugin("benchmark"):
         from pytest_cudagraph import bench
 
         config.pluginmanager.register(bench.BenchmarkHooks(), "cudagraph-benchmark")
-
-
-def _target_spec(config: pytest.Config, snapshot: settings.Snapshot) -> str | None:
-    """A target chosen explicitly is loaded now (a bad one is a usage error before the run);
-    with none chosen, nothing is looked up until the suite builds its target."""
-    if not snapshot[settings.TARGET].given:
-        return None
-    from pytest_cudagraph import target
-
-    return target.target_spec(config)
 
 
 def _bind_device(config: pytest.Config, snapshot: settings.Snapshot) -> devices.DeviceBinding:
@@ -135,7 +123,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     """Before collection: only a session that gave a cudagraph setting is known to use us."""
     if not config.stash[USED_BY]:
         return []
-    return reports.header_lines(reports.stack_facts(), config.stash[BINDING])
+    return results.header_lines(results.stack_facts(), config.stash[BINDING])
 
 
 # Collection
@@ -169,7 +157,7 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     used_by = config.stash[USED_BY]
     lines = []
     if used_by and not settings.snapshot(config).given():  # else the header said it
-        lines += reports.header_lines(reports.stack_facts(), config.stash[BINDING])
+        lines += results.header_lines(results.stack_facts(), config.stash[BINDING])
     if used_by:
         for feature in config.stash[FEATURE_OBJECTS]:
             lines += getattr(feature, "header_lines", list)()
@@ -184,6 +172,8 @@ def cuda_device(pytestconfig: pytest.Config) -> torch.device:
     """The CUDA device this test process is bound to; skips without CUDA."""
     import torch
 
+    from pytest_cudagraph.skips import NEEDS_CUDA
+
     if not torch.cuda.is_available():
         pytest.skip(NEEDS_CUDA)
     device = pytestconfig.stash[BINDING].device
@@ -196,20 +186,11 @@ def cuda_device(pytestconfig: pytest.Config) -> torch.device:
 @pytest.fixture
 def fault_injector() -> Iterator[FaultInjector]:
     """Make a named call raise on its N-th invocation; patches are undone at teardown."""
-    from pytest_cudagraph.faults import FaultInjector
+    from pytest_cudagraph.engines.faults import FaultInjector
 
     injector = FaultInjector()
     yield injector
     injector.restore()
-
-
-@pytest.fixture(scope="session")
-def conformance_target(request: pytest.FixtureRequest) -> CudaGraphTarget:
-    """The conformance suite's target (``--cudagraph-target``), built once per session on
-    ``cuda_device``, or on the CPU without CUDA (for the checks that need no GPU)."""
-    from pytest_cudagraph import target
-
-    return target.session_target(request)
 
 
 @pytest.fixture
@@ -240,24 +221,24 @@ def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:
     return test_report
 
 
-class _SummaryRecords:
-    """Gathers summary records from reports; in the xdist controller they come from workers
+class _RecordGatherer:
+    """Gathers the records from reports; in the xdist controller they come from workers
     (whose reports also tell the controller, which collects nothing, that a marker was used)."""
 
     def __init__(self, config: pytest.Config, marker_names: list[str]) -> None:
-        self._records = config.stash[reports.SUMMARY_RECORDS]
+        self._records = config.stash[RECORDS]
         self._used_by = config.stash[USED_BY]
         self._marker_names = marker_names
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        records = reports.records_from(report)
+        records = results.records_from(report)
         self._records.extend(records)
         marked = any(name in report.keywords for name in self._marker_names)
         if marked or any(record.kind != "skip" for record in records):
             self._used_by.append(report.nodeid)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        self._records.extend(reports.records_from(report))
+        self._records.extend(results.records_from(report))
 
 
 # The session's end
@@ -278,35 +259,23 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     json_path = snapshot.value(settings.JSON)
     if json_path is not None and not hasattr(config, "workerinput"):
-        reports.write_json(Path(str(json_path)), _results(config))
+        document = results.results_document(
+            _sections(config), config.stash[RECORDS], results.stack_facts()
+        )
+        results.write_json(Path(str(json_path)), document)
 
 
-def _results(config: pytest.Config) -> dict[str, object]:
-    """The session's results for ``--cudagraph-json``."""
-    from pytest_cudagraph import stack
-
-    pinned = settings.snapshot(config).value(settings.PINNED_STACK)
-    facts = reports.stack_facts()
-    found = stack.mismatches(pinned, stack.running_stack())
-    pinned_stack = {
-        "pinned": {component: str(specifiers) for component, specifiers in pinned.items()},
-        "running_matches": not found,
-        "mismatches": found,
-    }
-    table = config.pluginmanager.get_plugin("cudagraph-conformance-summary")
-    conformance = None
-    if table is not None and table.rows:
-        conformance = {
-            "target": table.target_name(),
-            "rows": [dataclasses.asdict(table.rows[key]) for key in sorted(table.rows)],
-        }
-    return reports.results_document(
-        config.stash[reports.SUMMARY_RECORDS],
-        facts,
-        pinned_stack,
-        conformance,
-        config.stash[STRAY_CHECKS],
+def _sections(config: pytest.Config) -> list[results.Section]:
+    """Every section of the session's results: the registered ones, then the skips and the
+    stray-context check."""
+    mode = str(settings.snapshot(config).value(settings.STRAY_CONTEXTS))
+    checks = config.stash[STRAY_CHECKS]
+    strays = results.Section(
+        "stray_contexts",
+        lambda records: [dataclasses.asdict(check) for check in checks],
+        lambda data: results.stray_lines(checks, mode),
     )
+    return [*results.sections_of(config), results.SKIPS, strays]
 
 
 def _check_stray_contexts(config: pytest.Config) -> devices.StrayCheck:
@@ -337,12 +306,7 @@ def pytest_terminal_summary(
 ) -> None:
     if not (config.stash[USED_BY] or config.stash[STRAY_CHECKS]):
         return
-    lines = reports.summary_lines(
-        config.stash[reports.SUMMARY_RECORDS],
-        config.stash.get(reports.SUMMARY_RENDERERS, []),
-        config.stash[STRAY_CHECKS],
-        str(settings.snapshot(config).value(settings.STRAY_CONTEXTS)),
-    )
+    lines = results.summary_lines(_sections(config), config.stash[RECORDS])
     if lines:
         terminalreporter.write_sep("=", "cudagraph")
         for line in lines:

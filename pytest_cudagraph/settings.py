@@ -23,7 +23,7 @@ from types import MappingProxyType
 import pytest
 from packaging.version import Version
 
-from pytest_cudagraph import stack
+from pytest_cudagraph.engines import stack
 
 # pytest 9.2 takes type expressions (``int``, ``float | str``) for ini keys, so that a native
 # TOML number or list is accepted; older versions read every key here as a string.
@@ -180,7 +180,7 @@ JSON = Setting(
 )
 TARGET = Setting(
     "target",
-    "conformance target: an installed name (python -m pytest_cudagraph.target lists them) or "
+    "conformance target: an installed name (python -m pytest_cudagraph.conformance.target lists them) or "
     "module:factory (default: the one installed target)",
 )
 

@@ -4,9 +4,9 @@ from .bucketing import bucket_batch, bucket_memory, bucket_seq
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import DecoderConfig, EncoderConfig
 from .graph_cache import GraphCache
-from .incremental import EagerSteps, IncrementalDecoder, StepBuffers, StepKey
-from .incremental_graphs import StepGraphCache
-from .incremental_sampler import IncrementalSampler
+from .kv_decoder import EagerSteps, KVDecoder, StepBuffers, StepKey
+from .kv_graphs import StepGraphCache
+from .kv_sampler import KVSampler
 from .model import Decoder, Encoder, expand_memory
 from .sampler import ARSampler
 from .step import ARStep, GraphKey
@@ -22,8 +22,8 @@ __all__ = [
     "EncoderConfig",
     "GraphCache",
     "GraphKey",
-    "IncrementalDecoder",
-    "IncrementalSampler",
+    "KVDecoder",
+    "KVSampler",
     "SampleJob",
     "StepBuffers",
     "StepGraphCache",

@@ -33,8 +33,10 @@ import torch
 from torch import Tensor, nn
 
 from .bucketing import SEQ_BUCKET, is_batch_bucket, is_seq_bucket
-from .capture import LRU as LRU  # re-exported: callers written before capture.py import it here
-from .capture import CaptureCache, check_capture_settings
+from .capture_cache import (
+    LRU as LRU,  # re-exported: callers written before capture.py import it here
+)
+from .capture_cache import CaptureCache, check_capture_settings
 from .checks import check_bool
 from .config import DecoderConfig
 from .lean import LeanDecoder
@@ -242,5 +244,5 @@ def check_graph_inputs(
     rows: int | None = None,
 ) -> GraphKey:
     """``check_graph_step`` for the loose form ``(tokens, memory, memory_padding_mask, gather,
-    rows=...)`` that callers written before ARStep pass (reasyn_ref/conformance.py)."""
+    rows=...)`` that callers written before ARStep pass (reasyn_ref/targets/reference.py)."""
     return check_graph_step(config, device, memory_dtype, as_step(step, loose, rows))

@@ -88,7 +88,7 @@ class ARStep:
 
 def as_step(step: ARStep | Tensor, loose: tuple[object, ...], rows: int | None) -> ARStep:
     """``step`` itself, or the step of the loose form ``(tokens, memory, memory_padding_mask,
-    gather, rows=...)`` that callers written before ARStep pass (reasyn_ref/conformance.py)."""
+    gather, rows=...)`` that callers written before ARStep pass (reasyn_ref/targets/reference.py)."""
     if isinstance(step, ARStep):
         if loose or rows is not None:
             raise TypeError("pass an ARStep alone, or tokens, memory, mask, gather and rows=")

@@ -24,7 +24,7 @@ from typing import Any
 
 # The bound reasyn_ref.lean.LEAN_TOLERANCE states for the lean step's logits (largest absolute
 # difference from the upstream step over the largest absolute upstream logit). Kept here so
-# that the report needs neither torch nor the package; tests/bench/test_bench_report.py holds
+# that the report needs neither torch nor the package; tests/scripts/test_bench_report.py holds
 # the two equal.
 LEAN_TOLERANCE = 3e-2
 

@@ -75,16 +75,15 @@ def plugin_lines(results: dict) -> list[str]:
     out += [f"Pinned stack {pinned['pinned']}: {verdict}", ""]
     parity = results["parity"]
     if parity:
-        checked = sum(record["value"]["checked"] for record in parity)
-        passed = sum(record["value"]["passed"] for record in parity)
+        checked = sum(entry["checked"] for entry in parity)
+        passed = sum(entry["passed"] for entry in parity)
         out += [f"Parity: {passed} of {checked} checked cases match", ""]
     if results["memory"]:
         out += ["| test | growth MiB | bound MiB | peak MiB | outside torch MiB |"]
         out += ["| --- | --- | --- | --- | --- |"]
-        for record in results["memory"]:
-            v = record["value"]
+        for v in results["memory"]:
             out.append(
-                f"| `{record['nodeid']}` | {v['growth_mib']:+.1f} | {v['bound_mib']:g} | "
+                f"| `{v['nodeid']}` | {v['growth_mib']:+.1f} | {v['bound_mib']:g} | "
                 f"{v['peak_growth_mib']:+.1f} | {v['outside_torch_growth_mib']:+.1f} |"
             )
         out.append("")

@@ -65,8 +65,8 @@ class Comparison:
 
 def conformance_rows(document: Mapping[str, object]) -> dict[str, Mapping[str, object]]:
     """check name -> its row, from one ``--cudagraph-json`` document."""
-    if document.get("format") != 1:
-        raise ValueError(f"results document of format {document.get('format')!r}; expected 1")
+    if document.get("format") != 2:
+        raise ValueError(f"results document of format {document.get('format')!r}; expected 2")
     conformance = document.get("conformance")
     if not conformance:
         return {}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pytest_cudagraph.device_profile import Profile, profile_device_ops, summarize
+from device_profile import Profile, profile_device_ops, summarize
 
 
 def parse_key(text: str) -> tuple[int, int]:

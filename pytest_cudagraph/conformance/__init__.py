@@ -2,7 +2,7 @@
 and behaves under errors, threads, processes and memory pressure.
 
 Run it against the one installed target, one chosen by name, or your own (see
-pytest_cudagraph.target and pytest_cudagraph.adapters)::
+pytest_cudagraph.conformance.target and pytest_cudagraph.conformance.adapters)::
 
     pytest --pyargs pytest_cudagraph.conformance
     pytest --pyargs pytest_cudagraph.conformance --cudagraph-target NAME

@@ -1,16 +1,30 @@
-"""Fixtures local to the conformance suite: the target in a clean state, and figures for the
-summary table. The session's target itself is the plugin's ``conformance_target`` fixture."""
+"""Local to the conformance suite: each check labelled for the table, the target in a clean
+state, and figures for the table. The session's target itself is the conformance plugin's
+``conformance_target`` fixture (pytest_cudagraph.conformance.suite)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import torch
 
-from pytest_cudagraph import report as reports
+from pytest_cudagraph import results
+from pytest_cudagraph.conformance.suite import CHECK_PROPERTY
 from pytest_cudagraph.conformance.support import forget_last_failure, lock_was_held
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.target import CudaGraphTarget
+
+SUITE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Label each check of this suite with its name ("test_no_baked_inputs" -> "no baked
+    inputs"), on every report it makes (set-up errors included), for the table."""
+    for item in items:
+        if item.path.parent == SUITE and isinstance(item, pytest.Function):
+            name = item.originalname.removeprefix("test_").replace("_", " ")
+            item.user_properties.append((CHECK_PROPERTY, name))
 
 
 @pytest.fixture
@@ -50,6 +64,6 @@ def record_figure(request: pytest.FixtureRequest) -> Callable[[str], None]:
     """Record the figure behind this check's verdict for the summary table."""
 
     def record(figure: str) -> None:
-        reports.record_for_summary(request.node, "conformance", figure)
+        results.record(request.node, "conformance", figure)
 
     return record

@@ -13,11 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_cudagraph import devices
-from pytest_cudagraph.faults import FaultInjector
-from pytest_cudagraph.parity import compare_outputs
-from pytest_cudagraph.plugin import NEEDS_CUDA
-from pytest_cudagraph.target import (
+from pytest_cudagraph.conformance.target import (
     BIT_IDENTICAL,
     CudaGraphTarget,
     Inputs,
@@ -25,11 +21,11 @@ from pytest_cudagraph.target import (
     build_target,
     missing_field_reason,
 )
+from pytest_cudagraph.engines import devices
+from pytest_cudagraph.engines.faults import FaultInjector
+from pytest_cudagraph.engines.parity import compare_outputs
 
-MiB = devices.MiB
 DEFAULT_POOL = (0, 0)  # the caching allocator's own pool; graphs get private ones
-
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason=NEEDS_CUDA)
 
 
 def skip_without(target: CudaGraphTarget, *fields: str) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 
 from pytest_cudagraph.conformance.support import draw, input_tensor_names
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.target import CudaGraphTarget
 
 DRAWS = 4  # draws of one case; each input tensor must take at least two values among them
 VARIED_CASES = 4

@@ -9,9 +9,10 @@ from collections.abc import Callable, Hashable
 import pytest
 import torch
 
-from pytest_cudagraph.conformance.support import case_in_key, needs_cuda
-from pytest_cudagraph.parity import ParityChecker
-from pytest_cudagraph.target import CudaGraphTarget, Inputs
+from pytest_cudagraph.conformance.support import case_in_key
+from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
+from pytest_cudagraph.engines.parity import ParityChecker
+from pytest_cudagraph.skips import needs_cuda
 
 CASES = 64
 MAX_KEYS = 8

@@ -6,14 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pytest_cudagraph.conformance.support import (
-    differences,
-    draw,
-    input_tensor_names,
-    needs_cuda,
-)
-from pytest_cudagraph.parity import compare_outputs
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.support import differences, draw, input_tensor_names
+from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.engines.parity import compare_outputs
+from pytest_cudagraph.skips import needs_cuda
 
 CASE = 1
 OTHER_DRAWS = 4  # draws to take a changed input from, until one changes the eager answer

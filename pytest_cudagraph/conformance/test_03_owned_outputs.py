@@ -8,14 +8,9 @@ from collections.abc import Callable
 
 import torch
 
-from pytest_cudagraph.conformance.support import (
-    differences,
-    draw,
-    graph_pool_of,
-    needs_cuda,
-    tensors_in,
-)
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.support import differences, draw, graph_pool_of, tensors_in
+from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.skips import needs_cuda
 
 CASE = 1
 LATER_REPLAYS = 4

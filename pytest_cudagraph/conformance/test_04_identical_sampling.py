@@ -7,9 +7,10 @@ from collections.abc import Callable
 
 import torch
 
-from pytest_cudagraph.conformance.support import needs_cuda, skip_without
-from pytest_cudagraph.parity import compare_outputs
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.support import skip_without
+from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.engines.parity import compare_outputs
+from pytest_cudagraph.skips import needs_cuda
 
 SEEDS = (0, 1)
 

@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_cudagraph.conformance.support import needs_cuda, skip_without
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.support import skip_without
+from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.skips import needs_cuda
 
 
 @pytest.fixture

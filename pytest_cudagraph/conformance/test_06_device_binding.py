@@ -10,13 +10,10 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from pytest_cudagraph.conformance.support import (
-    MiB,
-    binding_probe,
-    needs_cuda,
-    run_in_fresh_process,
-)
-from pytest_cudagraph.target import target_spec
+from pytest_cudagraph.conformance.suite import chosen_target_spec
+from pytest_cudagraph.conformance.support import binding_probe, run_in_fresh_process
+from pytest_cudagraph.engines.units import MiB
+from pytest_cudagraph.skips import needs_cuda
 
 CASES = (0, 1, 2, 3)  # four keys, each captured and then replayed
 TIMEOUT_S = 300
@@ -31,7 +28,7 @@ TIMEOUT_S = 300
 def test_device_binding(
     request: pytest.FixtureRequest, record_figure: Callable[[str], None]
 ) -> None:
-    spec = target_spec(request.config)
+    spec = chosen_target_spec(request.config)
     found = run_in_fresh_process(binding_probe, spec, CASES, timeout=TIMEOUT_S)
     problems = list(found["problems"])
     if found["current_after"] != 0:

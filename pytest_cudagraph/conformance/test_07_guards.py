@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 
 from pytest_cudagraph.conformance.support import skip_without
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.target import CudaGraphTarget
 
 CLEAR_ERRORS = (ValueError, TypeError, RuntimeError)
 

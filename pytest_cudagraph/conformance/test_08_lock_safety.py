@@ -7,15 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pytest_cudagraph.conformance.support import (
-    differences,
-    draw,
-    lock_was_held,
-    needs_cuda,
-    skip_without,
-)
-from pytest_cudagraph.faults import FaultInjector
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.support import differences, draw, lock_was_held, skip_without
+from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.engines.faults import FaultInjector
+from pytest_cudagraph.skips import needs_cuda
 
 BUILD_STAGES = ("warm_up", "capture")
 

@@ -18,9 +18,11 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_cudagraph.conformance.support import MiB, draw, needs_cuda, skip_without
-from pytest_cudagraph.memory import DeviceMemoryProbe
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.support import draw, skip_without
+from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.engines.memory import DeviceMemoryProbe
+from pytest_cudagraph.engines.units import MiB
+from pytest_cudagraph.skips import needs_cuda
 
 SHAPES = 24  # eight times the reference cache's capacity: every graph is evicted many times over
 RESET_BOUND_MIB = 512

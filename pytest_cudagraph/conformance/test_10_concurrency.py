@@ -9,8 +9,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from pytest_cudagraph.conformance.support import differences, draw, needs_cuda
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.support import differences, draw
+from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.skips import needs_cuda
 
 THREADS = 8
 CALLS_PER_THREAD = 6

@@ -8,8 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_cudagraph.conformance.support import differences, needs_cuda, skip_without
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.support import differences, skip_without
+from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.skips import needs_cuda
 
 
 @needs_cuda

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pytest_cudagraph.conformance.support import case_in_key, draw, needs_cuda, skip_without
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.support import case_in_key, draw, skip_without
+from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.skips import needs_cuda
 
 MAX_KEYS = 8
 ROUNDS = 3  # the first records each key's graph, the later ones must only replay it

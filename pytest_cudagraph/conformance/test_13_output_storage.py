@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pytest_cudagraph.conformance.support import case_in_key, draw, needs_cuda
-from pytest_cudagraph.parity import storage_overlaps
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.support import case_in_key, draw
+from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.engines.parity import storage_overlaps
+from pytest_cudagraph.skips import needs_cuda
 
 MAX_KEYS = 4
 ROUNDS = 3  # the first captures each key, the later ones replay it

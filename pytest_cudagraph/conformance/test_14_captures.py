@@ -1,7 +1,7 @@
 """Captures: a cache captures each key once and then only replays it. Over rounds of calls on
 no more keys than the cache holds (``capacity``), a held key captured again fails: such a
 cache is correct, so every other check passes, and slow. Captures are counted however they
-are made (pytest_cudagraph.captures.CaptureCounter: hand-written, make_graphed_callables,
+are made (pytest_cudagraph.engines.captures.CaptureCounter: hand-written, make_graphed_callables,
 compile's cudagraph trees). The figure says what a capture costs in calls: replays per
 capture, and how many replays repay one capture (its seconds over what a replay saves
 against the eager call)."""
@@ -14,9 +14,10 @@ from collections.abc import Callable
 
 import torch
 
-from pytest_cudagraph.captures import CaptureCounter, replays_to_repay
-from pytest_cudagraph.conformance.support import case_in_key, draw, needs_cuda, skip_without
-from pytest_cudagraph.target import CudaGraphTarget, Inputs
+from pytest_cudagraph.conformance.support import case_in_key, draw, skip_without
+from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
+from pytest_cudagraph.engines.captures import CaptureCounter, replays_to_repay
+from pytest_cudagraph.skips import needs_cuda
 
 MAX_KEYS = 4
 ROUNDS = 4  # the first captures each key, the later ones must only replay it

@@ -13,14 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pytest_cudagraph.conformance.support import (
-    case_in_key,
-    differences,
-    draw,
-    needs_cuda,
-    skip_without,
-)
-from pytest_cudagraph.target import CudaGraphTarget, Inputs
+from pytest_cudagraph.conformance.support import case_in_key, differences, draw, skip_without
+from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
+from pytest_cudagraph.skips import needs_cuda
 
 KEYS = 4
 

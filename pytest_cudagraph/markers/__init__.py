@@ -9,7 +9,8 @@ that keeps together everything about its marker:
 - ``fixtures``: the fixtures a marked test needs, set up before its body, so that their
   skips apply and overriding one (``cuda_device``, say) reaches the marker too.
 - ``complete`` and ``collected``: collection-time work (a default from the settings, a skip).
-- its own hooks: the run-time wrapper, the report section and the summary lines.
+- its own hooks: the run-time wrapper and the report section;
+- ``section_data`` and ``section_lines``: its part of the results (pytest_cudagraph.results).
 
 Adding a marker is a module with one such class, plus its line in ``plugin.FEATURES``.
 Modules here import torch only inside the code that runs for marked tests.
@@ -25,7 +26,7 @@ from typing import ClassVar
 import pytest
 
 from pytest_cudagraph import settings
-from pytest_cudagraph.report import SummaryRecord
+from pytest_cudagraph.results import Record, Section
 
 SECTIONS = pytest.StashKey[list[tuple[str, str]]]()
 
@@ -39,6 +40,7 @@ class MarkerFeature:
 
     function: ClassVar[Callable[..., object]]
     fixtures: ClassVar[tuple[str, ...]] = ()
+    results_key: ClassVar[str | None] = None  # the marker's key in the JSON results, if any
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -84,9 +86,19 @@ class MarkerFeature:
         for name in self.fixtures:
             request.getfixturevalue(name)
 
-    def summary_lines(self, records: Sequence[SummaryRecord]) -> list[str]:
-        """Lines of the "cudagraph" terminal summary, from the session's records."""
+    def section_data(self, records: Sequence[Record]) -> object:
+        """This marker's results from the session's records (plain data)."""
+        return None
+
+    def section_lines(self, data: object) -> list[str]:
+        """The terminal summary's lines of ``section_data``."""
         return []
+
+    def section(self) -> Section | None:
+        """This marker's section of the results (None for a marker without results)."""
+        if self.results_key is None:
+            return None
+        return Section(self.results_key, self.section_data, self.section_lines)
 
 
 def add_report_section(item: pytest.Item, title: str, text: str) -> None:

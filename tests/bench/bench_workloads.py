@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from reasyn_ref import ARSampler, Decoder, IncrementalSampler
+from reasyn_ref import ARSampler, Decoder, KVSampler
 from reasyn_ref.workloads import MEMORY_LEN, forward_inputs, make_decoder, make_memory, warm_up
 
 __all__ = [
@@ -76,7 +76,7 @@ def endless_decoder(device: torch.device) -> Decoder:
 
 
 def benchmark_sampling(
-    benchmark: Any, sampler: ARSampler | IncrementalSampler, batch: int, **info: Any
+    benchmark: Any, sampler: ARSampler | KVSampler, batch: int, **info: Any
 ) -> list[list[int]]:
     """Time ``sampler.sample`` for ``batch`` rows from the start token to SAMPLE_MAX_LEN, seeded
     with SAMPLE_SEED (a warm-up round first: it captures the graphs when they are on); returns

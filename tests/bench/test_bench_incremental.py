@@ -15,8 +15,8 @@ import pytest
 import torch
 from bench_workloads import SAMPLE_BATCHES, benchmark_sampling, endless_decoder, needs_cuda
 
-from reasyn_ref import ARSampler, Decoder, IncrementalSampler
-from reasyn_ref.incremental_graphs import StepGraphCache
+from reasyn_ref import ARSampler, Decoder, KVSampler
+from reasyn_ref.kv_graphs import StepGraphCache
 
 pytestmark = needs_cuda
 
@@ -27,7 +27,7 @@ def rigged_decoder(cuda_device: torch.device) -> Decoder:
 
 
 def benchmark_sampler(
-    benchmark, sampler: ARSampler | IncrementalSampler, batch: int, variant: str
+    benchmark, sampler: ARSampler | KVSampler, batch: int, variant: str
 ) -> list[list[int]]:
     """The timed run of ``sampler`` at ``batch`` rows; returns the sampled rows."""
     return benchmark_sampling(benchmark, sampler, batch, bench="incremental", variant=variant)
@@ -52,14 +52,14 @@ def test_full_recompute_graphs_on(batch, rigged_decoder, cuda_benchmark, bench_r
 
 @pytest.mark.parametrize("batch", SAMPLE_BATCHES)
 def test_incremental_graphs_off(batch, rigged_decoder, cuda_benchmark, bench_results):
-    sampler = IncrementalSampler(rigged_decoder, bf16=True, cudagraph=False)
+    sampler = KVSampler(rigged_decoder, bf16=True, cudagraph=False)
     rows = benchmark_sampler(cuda_benchmark, sampler, batch, "eager")
     record(cuda_benchmark, bench_results, "eager", batch, rows=rows)
 
 
 @pytest.mark.parametrize("batch", SAMPLE_BATCHES)
 def test_incremental_graphs_on(batch, rigged_decoder, cuda_benchmark, bench_results):
-    sampler = IncrementalSampler(rigged_decoder, bf16=True, cudagraph=True)
+    sampler = KVSampler(rigged_decoder, bf16=True, cudagraph=True)
     rows = benchmark_sampler(cuda_benchmark, sampler, batch, "graph")
     assert isinstance(sampler.steps, StepGraphCache)
     sampler.steps.clear()

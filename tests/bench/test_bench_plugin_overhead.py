@@ -20,7 +20,7 @@ import pytest
 import torch
 from bench_workloads import MEMORY_LEN, needs_cuda
 
-from pytest_cudagraph.parity import ParityChecker
+from pytest_cudagraph.engines.parity import ParityChecker
 from reasyn_ref import ARStep, Decoder, DecoderConfig, expand_memory
 from reasyn_ref.graph_cache import GraphCache
 from reasyn_ref.model import ar_step_logits

@@ -16,8 +16,8 @@ from functools import partial
 
 import pytest
 from bench_workloads import FORWARD_KEYS, forward_inputs, key_id, needs_cuda, warm_up
+from device_profile import profile_device_ops, summarize
 
-from pytest_cudagraph.device_profile import profile_device_ops, summarize
 from reasyn_ref.graph_cache import GraphCache
 
 pytestmark = needs_cuda

@@ -9,7 +9,7 @@ from examples import compiled_target, graphed_callables_target
 from examples.tiny_model import make_model
 from torch import Tensor, nn
 
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.target import CudaGraphTarget
 
 
 def compiled_outputs_kept(device: torch.device) -> CudaGraphTarget:

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from pytest_cudagraph.target import CudaGraphTarget
-from reasyn_ref.incremental import IncrementalDecoder, StepBuffers, StepKey
-from reasyn_ref.incremental_conformance import KVTarget
-from reasyn_ref.incremental_graphs import StepGraphCache
+from pytest_cudagraph.conformance.target import CudaGraphTarget
+from reasyn_ref.kv_decoder import KVDecoder, StepBuffers, StepKey
+from reasyn_ref.kv_graphs import StepGraphCache
+from reasyn_ref.targets.kv import KVTarget
 
 
 @dataclass(eq=False)
@@ -58,18 +58,18 @@ class PositionCounterBuffers(StepBuffers):
         return ahead
 
 
-class BakedPositionDecoder(IncrementalDecoder):
+class BakedPositionDecoder(KVDecoder):
     def new_buffers(self, key: StepKey, dtype: torch.dtype) -> StepBuffers:
         plain = super().new_buffers(key, dtype)
         return BakedPositionBuffers(**vars(plain), baked=plain.positions.clone())
 
 
-class SharedPositionDecoder(IncrementalDecoder):
+class SharedPositionDecoder(KVDecoder):
     def new_buffers(self, key: StepKey, dtype: torch.dtype) -> StepBuffers:
         return SharedPositionBuffers(**vars(super().new_buffers(key, dtype)))
 
 
-class PositionCounterDecoder(IncrementalDecoder):
+class PositionCounterDecoder(KVDecoder):
     def new_buffers(self, key: StepKey, dtype: torch.dtype) -> StepBuffers:
         plain = super().new_buffers(key, dtype)
         return PositionCounterBuffers(**vars(plain), reached=torch.zeros_like(plain.positions))

@@ -13,10 +13,10 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.target import CudaGraphTarget
 from reasyn_ref import ARStep
-from reasyn_ref.conformance import ReferenceTarget
 from reasyn_ref.graph_cache import LRU, GraphCache, GraphEntry, GraphKey
+from reasyn_ref.targets.reference import ReferenceTarget
 
 
 class BakedMemoryCache(GraphCache):

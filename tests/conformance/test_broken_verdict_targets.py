@@ -20,7 +20,7 @@ import torch
 from suite_runner import table_verdicts
 
 from pytest_cudagraph.conformance.support import forget_last_failure
-from pytest_cudagraph.target import build_target
+from pytest_cudagraph.conformance.target import build_target
 
 needs_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(),

@@ -1,4 +1,4 @@
-"""The stateful target reasyn-kv (reasyn_ref.incremental_conformance) and its broken twins
+"""The stateful target reasyn-kv (reasyn_ref.targets.kv) and its broken twins
 (broken_kv_targets.py) on the CPU: loading by name, the key table, the episodes' inputs, that an
 episode is teacher-forced decoding as the full decoder computes it, that the state a kept set of
 buffers carries from one episode to the next never shows (the property the stateful checks
@@ -15,23 +15,23 @@ import torch
 from suite_runner import table_verdicts
 from torch import Tensor
 
-from pytest_cudagraph.target import (
+from pytest_cudagraph.conformance.target import (
     CudaGraphTarget,
     TargetError,
     build_target,
     installed_targets,
     validate_target,
 )
-from reasyn_ref.incremental import IncrementalDecoder, StepBuffers, StepKey
-from reasyn_ref.incremental_conformance import (
+from reasyn_ref.kv_decoder import KVDecoder, StepBuffers, StepKey
+from reasyn_ref.model import expand_memory
+from reasyn_ref.sampler import pad_rows
+from reasyn_ref.targets.kv import (
     LARGEST_CASE,
     NUM_KEYS,
     STEPS,
     KVTarget,
     key_for_case,
 )
-from reasyn_ref.model import expand_memory
-from reasyn_ref.sampler import pad_rows
 
 CPU = torch.device("cpu")
 TWINS = ("baked_position", "shared_position", "stale_position_counter", "reallocating_reset")
@@ -50,7 +50,7 @@ class KeptBuffers:
     """Eager steps on one set of buffers per key, kept from one claim to the next as a graph
     cache keeps them: a CPU stand-in for the state the step graphs carry."""
 
-    def __init__(self, kv: IncrementalDecoder) -> None:
+    def __init__(self, kv: KVDecoder) -> None:
         self.kv = kv
         self.buffers: dict[StepKey, StepBuffers] = {}
 
@@ -62,7 +62,7 @@ class KeptBuffers:
 
 
 class KeptSlot:
-    def __init__(self, kv: IncrementalDecoder, buffers: StepBuffers) -> None:
+    def __init__(self, kv: KVDecoder, buffers: StepBuffers) -> None:
         self.kv = kv
         self.buffers = buffers
 
@@ -72,7 +72,7 @@ class KeptSlot:
 
 
 def test_reasyn_kv_is_installed_and_builds_by_name_on_the_cpu() -> None:
-    assert installed_targets()["reasyn-kv"] == "reasyn_ref.incremental_conformance:make_target"
+    assert installed_targets()["reasyn-kv"] == "reasyn_ref.targets.kv:make_target"
     target = build_target("reasyn-kv", CPU)
     assert isinstance(target, CudaGraphTarget)
     assert target.num_keys == NUM_KEYS == 40
@@ -158,7 +158,7 @@ def test_kept_buffers_carry_no_state_from_one_episode_to_the_next(kv_target: KVT
                 torch.testing.assert_close(answer, fresh[index], rtol=0, atol=0)
 
 
-def twin_episodes(kv_target: KVTarget, decoder_class: type[IncrementalDecoder]) -> list[bool]:
+def twin_episodes(kv_target: KVTarget, decoder_class: type[KVDecoder]) -> list[bool]:
     """Episodes of case 1 (2 rows) through kept buffers of ``decoder_class``: for each of four
     draws, whether it matched the plain decoder's answer."""
     kept = KeptBuffers(decoder_class(kv_target.decoder))

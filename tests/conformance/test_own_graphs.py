@@ -1,4 +1,4 @@
-"""Checking one's own CUDA-graph code: the adapters (pytest_cudagraph.adapters), the examples of
+"""Checking one's own CUDA-graph code: the adapters (pytest_cudagraph.conformance.adapters), the examples of
 docs/own-graphs.md (examples/), the foreign target and the broken twins of each.
 
 On the CPU: the adapters' input checks and skip report, the docs showing exactly the example
@@ -15,7 +15,7 @@ import pytest
 import torch
 from suite_runner import HERE, REPO_ROOT, table_verdicts
 
-from pytest_cudagraph.adapters import (
+from pytest_cudagraph.conformance.adapters import (
     INDUCTOR_SKIP_LOGGER,
     InductorSkips,
     hand_written,

@@ -1,4 +1,4 @@
-"""The bundled target (reasyn_ref.conformance) on the CPU: its cases land in the keys it
+"""The bundled target (reasyn_ref.targets.reference) on the CPU: its cases land in the keys it
 promises, in the sampler's bucketed layout, and the inputs it calls unsupported are exactly the
 ones the graph cache's input check refuses, with the messages it expects."""
 
@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from reasyn_ref.bucketing import bucket_batch, bucket_seq
-from reasyn_ref.conformance import (
+from reasyn_ref.graph_cache import check_graph_inputs
+from reasyn_ref.targets.reference import (
     BAD_INPUTS,
     LARGEST_CASE,
     NUM_KEYS,
     ReferenceTarget,
     key_for_case,
 )
-from reasyn_ref.graph_cache import check_graph_inputs
 
 CPU = torch.device("cpu")
 

@@ -11,10 +11,10 @@ from collections.abc import Callable
 import pytest
 from suite_runner import table_verdicts
 
-from pytest_cudagraph.conformance.summary import (
+from pytest_cudagraph.conformance.suite import (
+    CHECK_PROPERTY,
     CheckRow,
-    ConformanceSummary,
-    check_name,
+    ConformanceTable,
     format_table,
 )
 
@@ -94,7 +94,7 @@ def test_a_bad_spec_stops_the_run_before_it_starts(
         ),
         (
             "def make(device):\n    return {'device': device}\n",
-            "the factory returned dict; expected a pytest_cudagraph.target.CudaGraphTarget",
+            "the factory returned dict; expected a pytest_cudagraph.conformance.target.CudaGraphTarget",
         ),
     ],
     ids=["raises", "wrong type"],
@@ -127,20 +127,22 @@ def test_a_target_module_in_the_rootdir_imports_with_plain_pytest(
     project = pytester.mkdir("project")
     (project / "pytest.ini").write_text("[pytest]\ncudagraph_target = local_graphs:make_target\n")
     (project / "local_graphs.py").write_text(
-        "from reasyn_ref.conformance import make_target\n", encoding="utf-8"
+        "from reasyn_ref.targets.reference import make_target\n", encoding="utf-8"
     )
     result = run_on_cpu("-c", str(project / "pytest.ini"), "-k", "guards")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines(["conformance of local_graphs:make_target (1 passed):"])
 
 
-def test_check_names_come_from_the_conformance_package_only() -> None:
-    location = "../venv/site-packages/pytest_cudagraph/conformance/test_01_parity.py"
-    assert check_name((location, 10, "test_parity")) == "parity"
-    assert check_name((location, 10, "test_no_baked_inputs")) == "no baked inputs"
-    assert check_name(("tests/test_parity.py", 10, "test_parity")) is None
-    windows = "..\\site-packages\\pytest_cudagraph\\conformance\\test_07_guards.py"
-    assert check_name((windows, 3, "test_guards")) == "guards"
+def test_rows_are_the_suites_checks_only(
+    run_on_cpu: Callable[..., pytest.RunResult], pytester: pytest.Pytester
+) -> None:
+    """A test of the user's named like a check is no row; the suite's checks are rows under the
+    names their functions give ("test_worker_refusal" -> "worker refusal")."""
+    pytester.makepyfile(test_mine="def test_guards(): pass\n")
+    result = run_on_cpu("--cudagraph-target", "reasyn", "-k", "guards or refusal", "test_mine.py")
+    result.assert_outcomes(passed=3)
+    assert table_verdicts(result) == {"guards": "passed", "worker refusal": "passed"}
 
 
 def test_the_table_aligns_columns_and_shows_the_figure_or_the_reason() -> None:
@@ -161,6 +163,8 @@ def make_report(
     when: str, outcome: str, longrepr: object = None, **extra: object
 ) -> pytest.TestReport:
     location = ("pytest_cudagraph/conformance/test_08_lock_safety.py", 20, "test_lock_safety")
+    label = (CHECK_PROPERTY, "lock safety")
+    extra["user_properties"] = [label, *extra.get("user_properties", [])]
     return pytest.TestReport(
         "test_08_lock_safety.py::test_lock_safety",
         location,
@@ -173,7 +177,7 @@ def make_report(
 
 
 def test_a_row_keeps_the_figure_and_the_first_failure() -> None:
-    summary = ConformanceSummary("mine:make")
+    summary = ConformanceTable("mine:make")
     figure = [("cudagraph_conformance", "faults at warm_up: lock, next call checked")]
     summary.pytest_runtest_logreport(make_report("setup", "passed"))
     summary.pytest_runtest_logreport(
@@ -186,7 +190,7 @@ def test_a_row_keeps_the_figure_and_the_first_failure() -> None:
         )
     )
     summary.pytest_runtest_logreport(make_report("teardown", "failed", "the lock was held after"))
-    assert summary.lines() == [
+    assert summary.lines(summary.data()) == [
         "conformance of mine:make (1 failed):",
         "  check        verdict  seconds  figure",
         "  lock safety  FAILED       1.5  faults at warm_up: lock, next call checked; "

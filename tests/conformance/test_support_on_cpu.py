@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pytest_cudagraph.conformance.support import lock_was_held, run_in_fresh_process, tensors_in
-from pytest_cudagraph.target import CudaGraphTarget
+from pytest_cudagraph.conformance.target import CudaGraphTarget
 
 # Run in the spawned children: module-level, so that the children can import them.
 

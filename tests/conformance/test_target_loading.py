@@ -1,4 +1,4 @@
-"""pytest_cudagraph.target on the CPU: loading installed names and ``module:factory`` specs,
+"""pytest_cudagraph.conformance.target on the CPU: loading installed names and ``module:factory`` specs,
 validating what the factory returns, and which spec is in force (option > env > ini > the one
 installed target)."""
 
@@ -15,8 +15,9 @@ import pytest
 import torch
 from suite_runner import plugin_arguments
 
-from pytest_cudagraph import target as targets
-from pytest_cudagraph.target import (
+from pytest_cudagraph.conformance import target as targets
+from pytest_cudagraph.conformance.suite import chosen_target_spec
+from pytest_cudagraph.conformance.target import (
     CudaGraphTarget,
     TargetError,
     Tolerance,
@@ -25,7 +26,6 @@ from pytest_cudagraph.target import (
     load_factory,
     missing_field_reason,
     resolve_spec,
-    target_spec,
 )
 
 CPU = torch.device("cpu")
@@ -103,7 +103,7 @@ def test_a_factory_that_raises_is_reported_with_its_error(factories: types.Modul
 def test_a_factory_returning_something_else_is_refused(factories: types.ModuleType) -> None:
     with pytest.raises(
         TargetError,
-        match=r"the factory returned dict; expected a pytest_cudagraph\.target\.CudaGraphTarget",
+        match=r"the factory returned dict; expected a pytest_cudagraph\.conformance\.target\.CudaGraphTarget",
     ):
         build_with(factories, lambda device: {"eager": None})
 
@@ -137,7 +137,10 @@ def test_a_core_field_left_out_is_named(factories: types.ModuleType) -> None:
         ({"largest_case": -1}, "largest_case must be an int >= 0, got -1"),
         ({"lock": object()}, "lock must have acquire() and release()"),
         ({"graph_skips": []}, "graph_skips must be callable, got list"),
-        ({"tolerance": 1e-3}, "tolerance must be a pytest_cudagraph.target.Tolerance, got float"),
+        (
+            {"tolerance": 1e-3},
+            "tolerance must be a pytest_cudagraph.conformance.target.Tolerance, got float",
+        ),
         ({"fault_points": [("warm_up", None)]}, "fault_points must be a mapping, got list"),
         (
             {"fault_points": {"warm_up": (threading.Lock(), "acquire")}},
@@ -168,7 +171,7 @@ def test_a_fault_point_must_name_an_existing_method(factories: types.ModuleType)
 
 
 def test_the_installed_reference_is_valid_on_the_cpu() -> None:
-    assert installed_targets()["reasyn"] == "reasyn_ref.conformance:make_target"
+    assert installed_targets()["reasyn"] == "reasyn_ref.targets.reference:make_target"
     target = build_target("reasyn", CPU)
     assert target.device == CPU
     assert target.tolerance == Tolerance()
@@ -193,7 +196,7 @@ def fake_installed(monkeypatch: pytest.MonkeyPatch, names: dict[str, str]) -> No
 def test_with_none_chosen_the_one_installed_target_is_the_default(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    fake_installed(monkeypatch, {"reasyn": "reasyn_ref.conformance:make_target"})
+    fake_installed(monkeypatch, {"reasyn": "reasyn_ref.targets.reference:make_target"})
     assert resolve_spec(None) == "reasyn"
     assert resolve_spec("mine:make") == "mine:make"
     fake_installed(monkeypatch, {"a": "pa:make", "b": "pb:make"})
@@ -218,12 +221,12 @@ def test_an_installed_name_loads_its_factory(
 
 def test_the_installed_names_are_listed_from_the_command_line() -> None:
     listed = subprocess.run(
-        [sys.executable, "-m", "pytest_cudagraph.target"],
+        [sys.executable, "-m", "pytest_cudagraph.conformance.target"],
         capture_output=True,
         text=True,
         check=True,
     )
-    assert "reasyn  reasyn_ref.conformance:make_target" in listed.stdout.splitlines()
+    assert "reasyn  reasyn_ref.targets.reference:make_target" in listed.stdout.splitlines()
 
 
 def test_a_module_in_the_rootdir_imports_without_being_on_sys_path(
@@ -266,10 +269,10 @@ def test_the_spec_comes_from_option_then_env_then_ini(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, factories: types.ModuleType
 ) -> None:
     monkeypatch.delenv("PYTEST_CUDAGRAPH_TARGET", raising=False)
-    assert target_spec(run_configured(pytester)) is None
+    assert chosen_target_spec(run_configured(pytester)) is None
     pytester.makeini("[pytest]\ncudagraph_target = fake_targets:namespace.make\n")
-    assert target_spec(run_configured(pytester)) == "fake_targets:namespace.make"
+    assert chosen_target_spec(run_configured(pytester)) == "fake_targets:namespace.make"
     monkeypatch.setenv("PYTEST_CUDAGRAPH_TARGET", "fake_targets:NOT_CALLABLE")
     with pytest.raises(TargetError, match="NOT_CALLABLE is a int"):
         run_configured(pytester)
-    assert target_spec(run_configured(pytester, "--cudagraph-target", "reasyn")) == "reasyn"
+    assert chosen_target_spec(run_configured(pytester, "--cudagraph-target", "reasyn")) == "reasyn"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_cudagraph.stack import DEFAULT_PINNED_STACK, parse_pinned_stack
+from pytest_cudagraph.engines.stack import DEFAULT_PINNED_STACK, parse_pinned_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"

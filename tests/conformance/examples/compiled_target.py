@@ -1,7 +1,7 @@
 import torch
 
 from examples.tiny_model import make_model  # your model
-from pytest_cudagraph.adapters import compiled
+from pytest_cudagraph.conformance.adapters import compiled
 
 KEYS = [(1, 32), (2, 32), (4, 64), (8, 64)]  # (batch, seq): the shapes your code meets
 

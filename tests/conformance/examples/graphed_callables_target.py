@@ -1,7 +1,7 @@
 import torch
 
 from examples.tiny_model import make_model  # your model
-from pytest_cudagraph.adapters import graphed_callables
+from pytest_cudagraph.conformance.adapters import graphed_callables
 
 KEYS = [(1, 32), (2, 32), (4, 64), (8, 64)]  # (batch, seq): one graph per input shape
 

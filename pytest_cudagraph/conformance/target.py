@@ -1,0 +1,400 @@
+"""The conformance suite's view of a CUDA-graph cache: a small adapter a user writes once.
+
+A target is built by a factory, chosen by ``--cudagraph-target`` (env PYTEST_CUDAGRAPH_TARGET,
+ini ``cudagraph_target``) as either an installed name (entry-point group
+``pytest_cudagraph.targets``; ``python -m pytest_cudagraph.conformance.target`` lists them) or
+``module:factory``. With none chosen, the one installed target is the default. The module of a
+``module:factory`` imports as a test module would: from the rootdir and ``pythonpath`` too.
+
+The factory is called once per test session with the torch.device the process is bound to (the
+CPU when CUDA is missing, so that the checks that need no GPU still run) and returns a
+``CudaGraphTarget``: a small core (device, eager, graphed, make_inputs, key_of, num_keys) and
+optional capabilities; a check whose capability is missing skips, naming it.
+
+Cases. ``make_inputs(generator, case)`` maps an int ``case`` to one call's inputs: a dict of
+name -> value (tensors, and plain values such as a row count). The case fixes the graph key:
+case ``c`` lands in key number ``c % num_keys``, so cases ``k, k + num_keys, ...`` share a key.
+Everything else (shapes inside the key's bucket, values) comes from the generator. Two draws of
+one case must be interchangeable input by input: the no-baked-inputs check swaps one tensor at
+a time between them.
+
+This module imports torch only when a target is built, so that the plugin costs nothing when
+the suite does not run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import sys
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pytest
+
+if TYPE_CHECKING:
+    import torch
+
+ENTRY_POINT_GROUP = "pytest_cudagraph.targets"
+
+# The stages a fault is injected into by the lock-safety check; a target may name more.
+FAULT_STAGES = ("warm_up", "capture", "replay")
+
+Inputs = dict[str, Any]
+
+
+class LockLike(Protocol):
+    """A lock any thread may release (threading.Lock, multiprocessing.Lock; not an RLock): a
+    check that finds it held after a fault releases it, so that the checks after it can run."""
+
+    def acquire(self, blocking: bool = ..., /) -> bool: ...
+    def release(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a graphed output may be from eager: ``|a - b| <= atol + rtol * |b|``.
+    The default, both 0, is bit-identical."""
+
+    atol: float = 0.0
+    rtol: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("atol", "rtol"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"Tolerance.{name} must be a number >= 0, got {value!r}")
+
+    def describe(self) -> str:
+        if self.atol == 0 and self.rtol == 0:
+            return "bit-identical"
+        return f"atol {self.atol:g}, rtol {self.rtol:g}"
+
+
+BIT_IDENTICAL = Tolerance()
+
+
+@dataclass(kw_only=True)
+class CudaGraphTarget:
+    """What the conformance checks need to know about a graph cache and its eager twin.
+
+    The core (required):
+      device: where the graphs live (the device the factory was called with).
+      eager(inputs) -> outputs: the reference computation.
+      graphed(inputs) -> outputs: the graphed path; equal to eager within ``tolerance``.
+        Outputs are tensors, or tuples, lists and dicts of them.
+      make_inputs(generator, case) -> inputs: see the module docstring.
+      key_of(inputs) -> hashable: the graph key those inputs land in.
+      num_keys: how many keys the cases cycle through (at least 4; the memory check uses 40).
+
+    Capabilities (optional; None: the checks that need one skip, naming it):
+      tolerance: how close graphed must be to eager (default bit-identical; shown in the table).
+      reset(): drop every graph and buffer, in place (the objects named below stay valid);
+        called before each check.
+      reset_state(): for a stateful target, one whose graphed path keeps state between calls (a
+        KV cache, positions, lengths): end that state, as between two targets, in place, keeping
+        every graph. Giving it says the target is stateful; each call is then an episode (the
+        inputs that build the state and every step's inputs; the output of every step and the
+        state it leaves) and the stateful checks run (docs/conformance.md, "Stateful targets").
+      lock: the cache's lock (see LockLike).
+      cached_keys() -> the keys now cached, to prove that a failed call left no entry.
+      fault_points: stage -> (object, method name) for at least warm_up, capture and replay;
+        the check makes that method raise on its next call.
+      capacity: how many graphs the cache keeps.
+      largest_case: a case landing in the key whose graph takes the most memory.
+      capture_clean_forward(): one eager forward of the largest key on the device. It is called
+        once before the checked call, so first-use setup (drawing its inputs) is not judged.
+      sampler(seed, graphs) -> tokens: sampling under ``seed`` with graphs on or off.
+      unsupported_modes: name -> (zero-arg callable, regex): the call must raise a
+        ValueError, TypeError or RuntimeError whose message matches the regex.
+      graph_skips() -> reasons: every time the graphed path ran without its graph so far (a
+        skipped capture, a re-recording past the limit), one reason each.
+      run_workers(workers_per_gpu, graphs) -> (results, eager answers): runs jobs through
+        spawned worker processes sharing this device's lock, and the same jobs eagerly in
+        this process; with graphs on and two workers per GPU it must raise ValueError before
+        starting any process.
+    """
+
+    device: torch.device
+    eager: Callable[[Inputs], Any]
+    graphed: Callable[[Inputs], Any]
+    make_inputs: Callable[[torch.Generator, int], Inputs]
+    key_of: Callable[[Inputs], Hashable]
+    num_keys: int
+    tolerance: Tolerance = BIT_IDENTICAL
+    reset: Callable[[], None] | None = None
+    reset_state: Callable[[], None] | None = None
+    lock: LockLike | None = None
+    cached_keys: Callable[[], Sequence[Hashable]] | None = None
+    fault_points: Mapping[str, tuple[object, str]] | None = None
+    capacity: int | None = None
+    largest_case: int | None = None
+    capture_clean_forward: Callable[[], Any] | None = None
+    sampler: Callable[[int, bool], Any] | None = None
+    unsupported_modes: Mapping[str, tuple[Callable[[], Any], str]] | None = None
+    graph_skips: Callable[[], Sequence[str]] | None = None
+    run_workers: Callable[[int, bool], tuple[Sequence[Any], Sequence[Any]]] | None = None
+
+
+REQUIRED_FIELDS = tuple(f.name for f in fields(CudaGraphTarget) if f.default is MISSING)
+CALLABLE_FIELDS = (
+    "eager",
+    "graphed",
+    "make_inputs",
+    "key_of",
+    "reset",
+    "reset_state",
+    "cached_keys",
+    "capture_clean_forward",
+    "sampler",
+    "graph_skips",
+    "run_workers",
+)
+
+
+class TargetError(pytest.UsageError):
+    """A conformance target that cannot be loaded or does not follow the protocol."""
+
+    def __init__(self, spec: str | None, problem: str) -> None:
+        subject = f"conformance target {spec!r}" if spec else "conformance target"
+        super().__init__(f"{subject}: {problem}")
+
+
+# Choosing the target
+
+
+def installed_targets() -> dict[str, str]:
+    """Installed target name -> its ``module:factory`` (entry-point group
+    ``pytest_cudagraph.targets``)."""
+    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return {entry.name: entry.value for entry in sorted(found, key=lambda entry: entry.name)}
+
+
+def resolve_spec(spec: str | None) -> str:
+    """``spec`` itself, or with none chosen the name of the one installed target."""
+    if spec is not None:
+        return spec
+    names = sorted(installed_targets())
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise TargetError(
+            None,
+            "none chosen and none installed; give --cudagraph-target module:factory",
+        )
+    raise TargetError(
+        None,
+        f"none chosen and {len(names)} installed ({', '.join(names)}); "
+        "choose one with --cudagraph-target NAME",
+    )
+
+
+def describe_spec(spec: str | None) -> str:
+    """The target for titles: the spec, or the default it stands for (without failing)."""
+    try:
+        return resolve_spec(spec)
+    except TargetError:
+        return "no target chosen"
+
+
+def session_target(request: pytest.FixtureRequest, spec: str | None) -> CudaGraphTarget:
+    """The target for this test process: on its bound CUDA device (the plugin's
+    ``cuda_device``), or on the CPU where CUDA is missing, for the checks that need no GPU.
+
+    A target that cannot be built fails the first check with one short message and stops the
+    run there (under xdist, each worker's run), rather than failing every check with the same
+    traceback."""
+    import torch
+
+    if torch.cuda.is_available():
+        device = request.getfixturevalue("cuda_device")
+    else:
+        device = torch.device("cpu")
+    try:
+        return build_target(spec, device)
+    except TargetError as error:
+        problem = str(error)
+    request.session.shouldfail = problem
+    pytest.fail(problem, pytrace=False)
+
+
+# Loading
+
+
+def load_factory(
+    spec: str, search_paths: Sequence[Path] = ()
+) -> Callable[[torch.device], CudaGraphTarget]:
+    """The factory an installed name or a ``module:factory`` spec names (the factory may be a
+    dotted attribute). A module not found on sys.path is looked for in ``search_paths`` (the
+    rootdir, the invocation folder), which then join sys.path as they do for test modules."""
+    if ":" not in spec:
+        installed = installed_targets()
+        if spec not in installed:
+            names = ", ".join(installed) or "none"
+            raise TargetError(
+                spec,
+                f"no installed target of that name (installed: {names}); "
+                "or give module:factory, e.g. 'mypkg.graphs:make_target'",
+            )
+        return load_factory(installed[spec], search_paths)
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise TargetError(
+            spec, "must be a name or 'module:factory', e.g. 'mypkg.graphs:make_target'"
+        )
+    found: Any = _import(spec, module_name, search_paths)
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            raise TargetError(spec, f"{module_name} has no attribute {attribute!r}")
+        found = getattr(found, part)
+    if not callable(found):
+        raise TargetError(spec, f"{attribute} is a {type(found).__name__}, not a callable factory")
+    return found
+
+
+def _import(spec: str, module_name: str, search_paths: Sequence[Path]) -> Any:
+    top = module_name.partition(".")[0]
+    if top not in sys.modules and importlib.util.find_spec(top) is None:
+        holders = [path for path in search_paths if _holds_module(path, top)]
+        sys.path.extend(str(path) for path in holders if str(path) not in sys.path)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise TargetError(spec, f"cannot import module {module_name!r}: {error}") from None
+    except (Exception, SystemExit) as error:  # whatever the module raises while it runs
+        raise TargetError(
+            spec, f"importing {module_name!r} failed: {type(error).__name__}: {_first_line(error)}"
+        ) from None
+
+
+def _holds_module(folder: Path, name: str) -> bool:
+    return (folder / name).is_dir() or (folder / f"{name}.py").is_file()
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [""])[0]
+
+
+def build_target(spec: str | None, device: torch.device) -> CudaGraphTarget:
+    """Load the factory (``spec`` None: the one installed), build the target for ``device``
+    and validate it."""
+    spec = resolve_spec(spec)
+    factory = load_factory(spec)
+    try:
+        target = factory(device)
+    except Exception as error:
+        raise TargetError(
+            spec, f"the factory raised {type(error).__name__}: {_first_line(error)}"
+        ) from None
+    validate_target(spec, target, device)
+    return target
+
+
+# Validation
+
+
+def validate_target(spec: str, target: object, device: torch.device) -> None:
+    """Every core field present and well-formed; capabilities well-formed when given."""
+    import torch
+
+    if not isinstance(target, CudaGraphTarget):
+        raise TargetError(
+            spec,
+            f"the factory returned {type(target).__name__}; expected a "
+            "pytest_cudagraph.conformance.target.CudaGraphTarget",
+        )
+    missing = [name for name in REQUIRED_FIELDS if getattr(target, name) is None]
+    if missing:
+        raise TargetError(spec, f"core field(s) missing: {', '.join(missing)}")
+    if not isinstance(target.device, torch.device) or target.device != device:
+        raise TargetError(spec, f"device is {target.device!r}; the factory was asked for {device}")
+    for name in CALLABLE_FIELDS:
+        value = getattr(target, name)
+        if value is not None and not callable(value):
+            raise TargetError(spec, f"{name} must be callable, got {type(value).__name__}")
+    _check_int(spec, "num_keys", target.num_keys, low=4)
+    if not isinstance(target.tolerance, Tolerance):
+        raise TargetError(
+            spec,
+            f"tolerance must be a pytest_cudagraph.conformance.target.Tolerance, got "
+            f"{type(target.tolerance).__name__}",
+        )
+    if target.capacity is not None:
+        _check_int(spec, "capacity", target.capacity, low=1)
+    if target.largest_case is not None:
+        _check_int(spec, "largest_case", target.largest_case, low=0)
+    if target.lock is not None and not (
+        callable(getattr(target.lock, "acquire", None))
+        and callable(getattr(target.lock, "release", None))
+    ):
+        raise TargetError(spec, "lock must have acquire() and release()")
+    if target.fault_points is not None:
+        _check_fault_points(spec, target.fault_points)
+    if target.unsupported_modes is not None:
+        _check_unsupported_modes(spec, target.unsupported_modes)
+
+
+def _check_int(spec: str, name: str, value: object, *, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise TargetError(spec, f"{name} must be an int >= {low}, got {value!r}")
+
+
+def _check_fault_points(spec: str, points: object) -> None:
+    if not isinstance(points, Mapping):
+        raise TargetError(spec, f"fault_points must be a mapping, got {type(points).__name__}")
+    missing = [stage for stage in FAULT_STAGES if stage not in points]
+    if missing:
+        raise TargetError(spec, f"fault_points lacks the stage(s) {', '.join(missing)}")
+    for stage, point in points.items():
+        if not (isinstance(point, tuple) and len(point) == 2 and isinstance(point[1], str)):
+            raise TargetError(
+                spec, f"fault_points[{stage!r}] must be (object, method name), got {point!r}"
+            )
+        owner, attribute = point
+        if not callable(getattr(owner, attribute, None)):
+            raise TargetError(
+                spec,
+                f"fault_points[{stage!r}]: {type(owner).__name__} has no method {attribute!r}",
+            )
+
+
+def _check_unsupported_modes(spec: str, modes: object) -> None:
+    if not isinstance(modes, Mapping) or not modes:
+        raise TargetError(spec, "unsupported_modes must be a non-empty mapping")
+    for name, mode in modes.items():
+        well_formed = (
+            isinstance(mode, tuple)
+            and len(mode) == 2
+            and callable(mode[0])
+            and isinstance(mode[1], str)
+            and bool(mode[1])
+        )
+        if not well_formed:
+            raise TargetError(
+                spec,
+                f"unsupported_modes[{name!r}] must be (zero-arg callable, regex), got {mode!r}",
+            )
+
+
+def missing_field_reason(target: CudaGraphTarget, *names: str) -> str | None:
+    """A skip reason when any of ``names`` is None on the target, else None."""
+    missing = [name for name in names if getattr(target, name) is None]
+    if not missing:
+        return None
+    return f"the target does not give {', '.join(missing)} (an optional capability)"
+
+
+def main() -> None:
+    """``python -m pytest_cudagraph.conformance.target``: the installed targets, one per line."""
+    installed = installed_targets()
+    if not installed:
+        print(f"no conformance targets installed (entry-point group {ENTRY_POINT_GROUP})")
+    for name, value in installed.items():
+        print(f"{name}  {value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""no_host_sync: the marker and its two detectors around the test body.
+
+The body always runs under torch's sync debug mode "error" (the engine's
+pytest_cudagraph.engines.hostsync.host_syncs_fail). With ``trial_capture=True`` it is then run
+again through a trial capture (pytest_cudagraph.engines.hostsync.trial_capture), which catches the
+syncs the debug mode misses (``torch.cuda.synchronize()``, a non-blocking copy from pageable
+memory) but runs the body twice more, so it is opt-in. Both exist only for CUDA: where
+``cuda_device`` is overridden with the CPU the test skips, saying why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from pytest_cudagraph.markers import MarkerFeature, body_with_fixtures
+
+
+@dataclass(frozen=True)
+class HostSyncMark:
+    """The marker's arguments."""
+
+    trial_capture: bool
+
+
+def no_host_sync(trial_capture: bool = False) -> HostSyncMark:
+    """Fail the test when its body makes the host wait for the device (torch sync debug
+    mode "error"); with trial_capture=True also capture the body once more into a discarded
+    CUDA graph, which fails on any host sync (the body must be repeatable)."""
+    if not isinstance(trial_capture, bool):
+        raise TypeError(f"trial_capture must be True or False, got {trial_capture!r}")
+    return HostSyncMark(trial_capture)
+
+
+class NoHostSyncMarker(MarkerFeature):
+    function = staticmethod(no_host_sync)
+    fixtures = ("cuda_device",)
+    DEVICE = pytest.StashKey[object]()  # the torch.device the body runs on
+
+    def set_up(self, request: pytest.FixtureRequest, mark: object) -> None:
+        device = request.getfixturevalue("cuda_device")
+        if device.type != "cuda":
+            pytest.skip(
+                f"no_host_sync needs a CUDA device: cuda_device is {device}, where no "
+                "operation waits for a device"
+            )
+        request.node.stash[self.DEVICE] = device
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        mark = self.mark_of(item)
+        if mark is None:
+            return (yield)
+        from pytest_cudagraph.engines.hostsync import host_syncs_fail, trial_capture
+
+        with host_syncs_fail():
+            result = yield
+        if mark.trial_capture:
+            trial = trial_capture(body_with_fixtures(item), item.stash[self.DEVICE])
+            if not trial.clean:
+                pytest.fail(trial.reason(), pytrace=False)
+        return result

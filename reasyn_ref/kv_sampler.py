@@ -1,0 +1,97 @@
+"""Batched AR sampling with a KV cache: ``ARSampler``'s interface, one token of work per step.
+
+Per target: the prefixes are prefilled once (eagerly) into a KV cache of ``bucket_seq(max_len)``
+positions for ``bucket_batch(rows)`` rows, then every step feeds each row's last token at its
+own position. Rows stay in the batch until every row is done: a finished row keeps feeding its
+last token at its last position (rewriting what it already holds; its logits are ignored), and
+dummy rows feed the start token at position 0, so a row's slot never moves and the batch keeps
+its bucket.
+
+With ``cudagraph`` the step replays a graph of the batch bucket (``StepGraphCache``); without,
+it runs eagerly on buffers of the very same shapes (``EagerSteps``). Both run the same copy of
+the decoder (with bf16, ``with_bf16_matmul_weights``, taken when the sampler is built), so
+graphs on and off sample the very same tokens under the same seed.
+
+Per step: one host-to-device copy (tokens and positions together, pinned on CUDA), one draw
+from the generator over all real rows, one device-to-host copy of the drawn tokens. That draw
+differs from ``ARSampler``'s (one row per unfinished row), so the two samplers' tokens are not
+expected to match; their logits agree within floating-point tolerance (docs/kv.md).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .bucketing import bucket_seq
+from .kv_decoder import EagerSteps, KVDecoder, StepBuffers, StepKey
+from .model import Decoder, step_context, with_bf16_matmul_weights
+from .sampler import SampleCall, TargetSampler, check_graph_settings, pad_memory, pad_rows
+
+
+class KVSampler(TargetSampler):
+    """Samples continuations of token prefixes with a ``Decoder``'s weights and a KV cache.
+
+    Flags left as None come from ``REASYN_BF16`` and ``REASYN_CUDAGRAPH``; explicit arguments
+    win. Always batched and bucketed (the cache is per batch bucket). The decoder's weights are
+    read when the sampler is built (with bf16 on CUDA, copied): build a new sampler after
+    changing them. ``temperature``: see ``TargetSampler``.
+    """
+
+    def __init__(
+        self,
+        decoder: Decoder,
+        *,
+        temperature: float = 0.1,
+        bf16: bool | None = None,
+        cudagraph: bool | None = None,
+        graph_capacity: int = 3,
+    ) -> None:
+        super().__init__(decoder, temperature=temperature, bf16=bf16, cudagraph=cudagraph)
+        if self.cudagraph:
+            check_graph_settings(batched=True, bucket=True, bf16=self.bf16, device=self.device)
+        on_gpu_in_bf16 = self.bf16 and self.device.type == "cuda"
+        self.kv = KVDecoder(with_bf16_matmul_weights(decoder) if on_gpu_in_bf16 else decoder)
+        if self.cudagraph:
+            from .kv_graphs import StepGraphCache  # only graph runs need it
+
+            self.steps = StepGraphCache(self.kv, capacity=graph_capacity)
+        else:
+            self.steps = EagerSteps(self.kv, bf16=self.bf16)
+
+    def _decode(self, call: SampleCall) -> list[list[int]]:
+        """Prefill the prefixes once, then one step per token, every row in its slot."""
+        sequences, generator, max_len = call.sequences, call.generator, call.max_len
+        if all(self._finished(seq, max_len) for seq in sequences):
+            return sequences
+        memory, memory_padding_mask = pad_memory(call.memory, call.memory_padding_mask)
+        rows = len(sequences)
+        tokens, gather = pad_rows(
+            sequences, self.config, bucket=True, pin_memory=self.device.type == "cuda"
+        )
+        key = StepKey(tokens.shape[0], bucket_seq(max_len, self.config.max_len), memory.shape[1])
+        with self.steps.claim(key) as slot:
+            with step_context(self.device, self.bf16):
+                self.kv.load_target(slot.buffers, memory, memory_padding_mask)
+                logits = self.kv.prefill(slot.buffers, *self._stage(tokens, gather))
+            logits = logits[:rows].to(torch.float32, copy=True)
+            active = [not self._finished(seq, max_len) for seq in sequences]
+            while True:
+                for i, token in enumerate(self._draw(logits, generator)):
+                    if active[i]:
+                        sequences[i].append(token)
+                        active[i] = not self._finished(sequences[i], max_len)
+                if not any(active):
+                    return sequences
+                self._stage_step(slot.buffers, sequences)
+                logits = slot.step(rows)
+
+    def _stage_step(self, buffers: StepBuffers, sequences: list[list[int]]) -> None:
+        """A step's one host-to-device copy: each row's last token and its position; dummy rows
+        the start token at 0."""
+        dummies = buffers.key.batch - len(sequences)
+        tokens = [seq[-1] for seq in sequences] + [self.config.start_token] * dummies
+        positions = [len(seq) - 1 for seq in sequences] + [0] * dummies
+        host = torch.tensor(
+            [tokens, positions], dtype=torch.long, pin_memory=self.device.type == "cuda"
+        )
+        buffers.inputs.copy_(host, non_blocking=True)

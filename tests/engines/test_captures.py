@@ -1,0 +1,183 @@
+"""CaptureCounter on a stand-in graph class with torch.cuda.CUDAGraph's method names."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from pytest_cudagraph.engines.captures import Capture, CaptureCounter, replays_to_repay
+
+
+class BaseGraph:
+    """Like torch._C._CUDAGraph: the methods live on a base class."""
+
+    def capture_begin(self, pool: object = None, capture_error_mode: str = "global") -> None:
+        self.capturing = True
+
+    def capture_end(self) -> None:
+        if getattr(self, "broken", False):
+            raise RuntimeError("operation failed due to a previous error during capture")
+        self.capturing = False
+
+    def replay(self) -> str:
+        return "replayed"
+
+
+@pytest.fixture
+def graph_class() -> type:
+    """A fresh subclass per test, like torch.cuda.CUDAGraph over its C base."""
+    return type("FakeGraph", (BaseGraph,), {"replay": BaseGraph.replay})
+
+
+def capture(graph: BaseGraph, seconds: float = 0.0) -> None:
+    graph.capture_begin(capture_error_mode="thread_local")
+    time.sleep(seconds)
+    graph.capture_end()
+
+
+class Cache:
+    """A per-key graph cache; ``recapture`` builds the key's graph again on every call."""
+
+    def __init__(self, graph_class: type, recapture: bool = False) -> None:
+        self.graph_class, self.recapture, self.graphs = graph_class, recapture, {}
+
+    def __call__(self, key: int) -> str:
+        if key not in self.graphs or self.recapture:
+            self.graphs[key] = self.graph_class()
+            capture(self.graphs[key])
+        return self.graphs[key].replay()
+
+
+@pytest.mark.parametrize("recapture", [False, True])
+def test_a_cache_that_captures_a_held_key_again_is_seen(graph_class: type, recapture: bool) -> None:
+    cache = Cache(graph_class, recapture)
+    with CaptureCounter(graph_class) as counter:
+        for key in [1, 2, 1, 1, 2, 1]:
+            with counter.key(key):
+                assert cache(key) == "replayed"
+    if recapture:
+        assert counter.recaptured_keys() == {1: 4, 2: 2}
+        assert counter.replays_per_capture() == 1.0
+    else:
+        assert counter.recaptured_keys() == {}
+        assert counter.captures_per_key() == {1: 1, 2: 1}
+        assert [capture.replays for capture in counter.captures] == [4, 2]
+        assert counter.replays_per_capture() == 3.0
+    assert counter.replays == 6
+
+
+class PooledCache(Cache):
+    """Like torch.compile's cudagraph trees: on its first call it captures an empty graph
+    that only holds the memory pool and is never replayed."""
+
+    def __call__(self, key: int) -> str:
+        if not hasattr(self, "pool_graph"):
+            self.pool_graph = self.graph_class()
+            capture(self.pool_graph)
+        return super().__call__(key)
+
+
+@pytest.mark.parametrize("recapture", [False, True])
+def test_a_graph_never_replayed_is_not_a_recapture(graph_class: type, recapture: bool) -> None:
+    cache = PooledCache(graph_class, recapture)
+    with CaptureCounter(graph_class) as counter:
+        for key in [1, 1, 2, 1]:
+            with counter.key(key):
+                cache(key)
+    # The pool's graph is a capture under key 1 (it shows in the time spent capturing) ...
+    assert counter.captures_per_key() == ({1: 4, 2: 1} if recapture else {1: 2, 2: 1})
+    assert counter.captures[0].replays == 0
+    # ... but serves no call, so only a cache that records key 1 again is caught.
+    if recapture:
+        assert counter.served_captures_per_key() == {1: 3, 2: 1}
+        assert counter.recaptured_keys() == {1: 3}
+    else:
+        assert counter.served_captures_per_key() == {1: 1, 2: 1}
+        assert counter.recaptured_keys() == {}
+
+
+def test_capture_time_runs_from_begin_to_end(graph_class: type) -> None:
+    with CaptureCounter(graph_class) as counter:
+        capture(graph_class(), seconds=0.02)
+    [only] = counter.captures
+    assert only.key is None
+    assert 0.02 <= only.seconds < 1.0
+    assert counter.capture_seconds() == only.seconds
+
+
+def test_only_work_inside_the_scope_counts(graph_class: type) -> None:
+    before = graph_class()
+    capture(before)
+    with CaptureCounter(graph_class) as counter:
+        before.replay()  # captured outside: not this scope's capture
+        inside = graph_class()
+        capture(inside)
+        inside.replay()
+    inside.replay()
+    capture(graph_class())
+    assert counter.captures == [Capture(None, counter.captures[0].seconds, 1)]
+
+
+def test_a_graph_captured_again_starts_a_new_count(graph_class: type) -> None:
+    graph = graph_class()
+    with CaptureCounter(graph_class) as counter:
+        capture(graph)
+        graph.replay()
+        capture(graph)
+        graph.replay()
+        graph.replay()
+    assert [capture.replays for capture in counter.captures] == [1, 2]
+
+
+def test_a_failed_capture_is_not_counted(graph_class: type) -> None:
+    graph = graph_class()
+    graph.broken = True
+    with CaptureCounter(graph_class) as counter:
+        with pytest.raises(RuntimeError, match="previous error during capture"):
+            capture(graph)
+    assert counter.captures == []
+
+
+def test_leaving_the_scope_restores_the_class_exactly(graph_class: type) -> None:
+    own_replay = vars(graph_class)["replay"]
+    with CaptureCounter(graph_class):
+        assert vars(graph_class)["capture_begin"] is not BaseGraph.capture_begin
+    assert vars(graph_class)["replay"] is own_replay
+    assert "capture_begin" not in vars(graph_class)
+    assert "capture_end" not in vars(graph_class)
+
+
+def test_nested_counters_both_count(graph_class: type) -> None:
+    with CaptureCounter(graph_class) as outer:
+        capture(graph_class())
+        with CaptureCounter(graph_class) as inner:
+            capture(graph_class())
+    assert (len(outer.captures), len(inner.captures)) == (2, 1)
+    assert "capture_begin" not in vars(graph_class)
+
+
+def test_a_counter_counts_one_scope(graph_class: type) -> None:
+    counter = CaptureCounter(graph_class)
+    with counter, pytest.raises(RuntimeError, match="already counting"):
+        counter.__enter__()
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(TypeError, match="graph_class must be a class"):
+        CaptureCounter(BaseGraph())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"lacks the methods \['replay'\]"):
+        CaptureCounter(type("NoReplay", (), {"capture_begin": print, "capture_end": print}))
+    with pytest.raises(TypeError, match="unhashable"):
+        with CaptureCounter(BaseGraph).key([8, 64]):
+            pass
+
+
+def test_replays_to_repay_one_capture() -> None:
+    assert replays_to_repay(0.5, eager_seconds=0.010, graph_seconds=0.005) == pytest.approx(100)
+    assert replays_to_repay(0.5, eager_seconds=0.005, graph_seconds=0.005) == math.inf
+    with pytest.raises(ValueError, match="graph_seconds must be a finite number >= 0"):
+        replays_to_repay(0.5, 0.01, -1.0)
+    with pytest.raises(TypeError, match="capture_seconds must be a number"):
+        replays_to_repay("0.5", 0.01, 0.005)  # type: ignore[arg-type]

@@ -1,0 +1,404 @@
+"""Incremental decoding on CPU at the tiny config: prefill and steps against the full-recompute
+decoder (rows at different lengths and positions), writes in place at each row's own position,
+the cache across targets, checkpoints, the incremental sampler, and input checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor
+
+from reasyn_ref import (
+    Decoder,
+    EagerSteps,
+    KVDecoder,
+    KVSampler,
+    StepBuffers,
+    StepGraphCache,
+    StepKey,
+    expand_memory,
+    load_checkpoint,
+    save_checkpoint,
+)
+from reasyn_ref.sampler import pad_memory, pad_rows
+
+START, END = 1, 2
+# fp32 on the CPU: the two paths differ only in the order of their reductions.
+FP32_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
+
+
+@pytest.fixture(autouse=True)
+def no_toggles_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("REASYN_BF16", "REASYN_CUDAGRAPH"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def random_rows(lengths: list[int], seed: int) -> list[list[int]]:
+    """A start token and random ids past the special tokens, one row per length."""
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        [START, *torch.randint(3, 272, (n - 1,), generator=generator).tolist()] for n in lengths
+    ]
+
+
+def full_logits(decoder: Decoder, rows: list[list[int]], memory: Tensor, mask: Tensor) -> Tensor:
+    """The full-recompute decoder's logits at each row's last token."""
+    tokens, gather = pad_rows(rows, decoder.config, bucket=False)
+    with torch.no_grad():
+        return decoder(tokens, *expand_memory(memory, mask, len(rows)), gather)
+
+
+class Decoding:
+    """Prefill then steps by hand on one set of buffers, for rows fed chosen tokens."""
+
+    def __init__(self, kv: KVDecoder, key: StepKey) -> None:
+        self.kv = kv
+        self.buffers = kv.new_buffers(key, torch.float32)
+
+    def start(self, rows: list[list[int]], memory: Tensor, mask: Tensor) -> Tensor:
+        self.rows = [list(row) for row in rows]
+        tokens, gather = pad_rows(self.rows, self.kv.config, bucket=True)
+        assert tokens.shape[0] == self.buffers.key.batch
+        with torch.no_grad():
+            self.kv.load_target(self.buffers, memory, mask)
+            return self.kv.prefill(self.buffers, tokens, gather)[: len(rows)]
+
+    def feed(self, tokens: list[int]) -> Tensor:
+        """Append one token per row and step; dummy rows feed the start token at 0."""
+        for row, token in zip(self.rows, tokens, strict=True):
+            row.append(token)
+        dummies = self.buffers.key.batch - len(self.rows)
+        self.buffers.inputs.copy_(
+            torch.tensor(
+                [
+                    [row[-1] for row in self.rows] + [START] * dummies,
+                    [len(row) - 1 for row in self.rows] + [0] * dummies,
+                ]
+            )
+        )
+        with torch.no_grad():
+            return self.kv.step(self.buffers)[: len(self.rows)]
+
+
+# --- agreement with the full decoder --------------------------------------------------------
+
+
+def test_prefill_and_steps_agree_with_full_recompute(tiny_decoder, target):
+    """Rows of lengths 1, 4 and 9 (so at positions 1, 4 and 9 on the first step) in a bucket
+    of 4, fed random tokens for 12 steps: every step's logits are the full decoder's."""
+    memory, mask = pad_memory(*target)
+    decoding = Decoding(KVDecoder(tiny_decoder), StepKey(4, 64, memory.shape[1]))
+    rows = random_rows([1, 4, 9], seed=0)
+    got = decoding.start(rows, memory, mask)
+    torch.testing.assert_close(got, full_logits(tiny_decoder, rows, memory, mask), **FP32_TOLERANCE)
+    generator = torch.Generator().manual_seed(1)
+    for step in range(12):
+        fed = torch.randint(3, 272, (3,), generator=generator).tolist()
+        got = decoding.feed(fed)
+        want = full_logits(tiny_decoder, decoding.rows, memory, mask)
+        torch.testing.assert_close(got, want, **FP32_TOLERANCE, msg=f"step {step}")
+
+
+def test_greedy_decoding_matches_the_full_decoder(tiny_decoder, target):
+    """Each row fed its own argmax: the same tokens as greedy decoding with full recompute."""
+    memory, mask = pad_memory(*target)
+    rows = random_rows([2, 5, 3, 7, 1], seed=3)
+    decoding = Decoding(KVDecoder(tiny_decoder), StepKey(8, 64, memory.shape[1]))
+    logits = decoding.start(rows, memory, mask)
+    full_rows = [list(row) for row in rows]
+    for _ in range(20):
+        full = full_logits(tiny_decoder, full_rows, memory, mask)
+        for row, token in zip(full_rows, full.argmax(-1).tolist(), strict=True):
+            row.append(token)
+        logits = decoding.feed(logits.argmax(-1).tolist())
+    assert decoding.rows == full_rows
+
+
+def test_a_step_writes_each_rows_keys_and_values_at_its_own_position_only(tiny_decoder, target):
+    memory, mask = pad_memory(*target)
+    decoding = Decoding(KVDecoder(tiny_decoder), StepKey(4, 64, memory.shape[1]))
+    decoding.start(random_rows([1, 6, 3, 2], seed=4), memory, mask)
+    before = decoding.buffers.cache.clone()
+    decoding.feed([5, 6, 7, 8])
+    changed = (decoding.buffers.cache != before).any(dim=-1)  # [layers, 2, Bb, S]
+    where = {(b, s) for _, _, b, s in changed.nonzero().tolist()}
+    assert where == {(0, 1), (1, 6), (2, 3), (3, 2)}
+    assert changed[:, :, [0, 1, 2, 3], [1, 6, 3, 2]].all()  # every layer, keys and values
+
+
+def test_buffers_reused_for_a_new_target_give_the_new_targets_answers(tiny_decoder, target):
+    """The cache is not cleared between targets: a target's prefill and steps overwrite every
+    position a query can see. Here the first target leaves long rows behind, the second
+    target's rows are shorter and must not see them."""
+    memory, mask = pad_memory(*target)
+    # torch 2.7's randn_like takes no generator.
+    other = torch.randn(memory.shape, generator=torch.Generator().manual_seed(5)).to(memory)
+    decoding = Decoding(KVDecoder(tiny_decoder), StepKey(2, 64, memory.shape[1]))
+    decoding.start(random_rows([20, 30], seed=6), memory, mask)
+    for _ in range(5):
+        decoding.feed([9, 10])
+    rows = random_rows([2, 3], seed=7)
+    decoding.start(rows, other, mask)
+    for step in range(4):
+        got = decoding.feed([11 + step, 12])
+        want = full_logits(tiny_decoder, decoding.rows, other, mask)
+        torch.testing.assert_close(got, want, **FP32_TOLERANCE)
+
+
+def test_dummy_and_finished_rows_do_not_touch_the_real_rows(tiny_decoder, target):
+    """The same two rows alone (bucket 2) and beside two rows frozen at their last position
+    (bucket 4): the same logits."""
+    memory, mask = pad_memory(*target)
+    kv = KVDecoder(tiny_decoder)
+    alone = Decoding(kv, StepKey(2, 64, memory.shape[1]))
+    crowded = Decoding(kv, StepKey(4, 64, memory.shape[1]))
+    rows = random_rows([3, 5], seed=8)
+    frozen = random_rows([7, 2], seed=9)
+    alone.start(rows, memory, mask)
+    crowded.start(rows + frozen, memory, mask)
+    for step in range(3):
+        torch.testing.assert_close(
+            crowded.feed([20 + step, 30, frozen[0][-1], frozen[1][-1]])[:2],
+            alone.feed([20 + step, 30]),
+            **FP32_TOLERANCE,
+        )
+        for row in crowded.rows[2:]:
+            row.pop()  # keep the frozen rows at their last position
+
+
+def test_a_checkpoint_loads_into_the_incremental_decoder(tiny_decoder, target, tmp_path):
+    path = tmp_path / "decoder.pt"
+    save_checkpoint(path, tiny_decoder, tiny_decoder.config)
+    memory, mask = pad_memory(*target)
+    rows = random_rows([4, 2], seed=10)
+    key = StepKey(2, 64, memory.shape[1])
+    original = Decoding(KVDecoder(tiny_decoder), key)
+    loaded = Decoding(KVDecoder(load_checkpoint(path)), key)
+    assert torch.equal(loaded.start(rows, memory, mask), original.start(rows, memory, mask))
+    assert torch.equal(loaded.feed([7, 8]), original.feed([7, 8]))
+
+
+# --- eager steps and the sampler ------------------------------------------------------------
+
+
+def test_eager_steps_give_fresh_buffers_and_fp32_logits_of_their_own(tiny_decoder):
+    steps = EagerSteps(KVDecoder(tiny_decoder), bf16=False)
+    key = StepKey(4, 64, 64)
+    with steps.claim(key) as first, steps.claim(key) as second:
+        assert first.buffers.key == key and first.buffers.cache is not second.buffers.cache
+        logits = first.step(3)
+        again = first.step(3)
+    assert logits.dtype == torch.float32 and logits.shape == (3, tiny_decoder.config.vocab_size)
+    assert logits.data_ptr() != again.data_ptr()
+
+
+def rigged(decoder: Decoder, token: int) -> Decoder:
+    """The decoder made to prefer ``token`` whatever the input."""
+    with torch.no_grad():
+        decoder.head[-1].weight.zero_()
+        decoder.head[-1].bias.fill_(-100.0)
+        decoder.head[-1].bias[token] = 100.0
+    return decoder
+
+
+def test_sampler_runs_rows_to_max_len_or_end(tiny_decoder, target):
+    prefixes = [[START], [START, 5], [START, 5, 6, 7, 8], [START, 3, END], [START] * 7]
+    sampler = KVSampler(rigged(tiny_decoder, 7))
+    out = sampler.sample(*target, prefixes, torch.Generator().manual_seed(0), max_len=7)
+    grown = [prefix + [7] * (7 - len(prefix)) for prefix in prefixes[:3]]
+    assert out == [*grown, prefixes[3], prefixes[4]]
+    ended = KVSampler(rigged(tiny_decoder, END))
+    assert ended.sample(*target, prefixes[:2], torch.Generator(), max_len=7) == [
+        [START, END],
+        [START, 5, END],
+    ]
+
+
+def test_sampler_same_seed_same_tokens(tiny_decoder, target):
+    sampler = KVSampler(tiny_decoder, temperature=1.0)
+    prefixes = random_rows([1, 4, 2], seed=12)
+    runs = [
+        sampler.sample(*target, prefixes, torch.Generator().manual_seed(seed), max_len=30)
+        for seed in (3, 3, 4)
+    ]
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+
+
+def test_sampler_stages_one_copy_each_way_per_step(tiny_decoder, target, transfers):
+    sampler = KVSampler(rigged(tiny_decoder, 7))
+    transfers.clear()
+    sampler.sample(*target, [[START], [START, 5]], torch.Generator(), max_len=7)
+    # The prefill: tokens and gather over, the first draw back; then 5 steps of one each way.
+    assert transfers == ["to", "to", "cpu"] + ["cpu"] * 5
+
+
+def test_eager_steps_need_an_incremental_decoder(tiny_decoder):
+    with pytest.raises(TypeError, match="kv must be an KVDecoder"):
+        EagerSteps(tiny_decoder, bf16=False)
+
+
+def test_the_step_graph_cache_refuses_what_it_cannot_capture(kv):
+    with pytest.raises(TypeError, match="kv must be an KVDecoder"):
+        StepGraphCache(kv.decoder)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="StepGraphCache needs CUDA"):
+            StepGraphCache(kv)
+    else:
+        with pytest.raises(ValueError, match="needs the decoder on a CUDA device"):
+            StepGraphCache(kv)
+
+
+def test_sampler_refuses_graphs_on_the_cpu(tiny_decoder):
+    with pytest.raises(ValueError, match="cudagraph=True needs bf16=True"):
+        KVSampler(tiny_decoder, cudagraph=True, bf16=False)
+    with pytest.raises(ValueError, match="cudagraph=True needs"):
+        KVSampler(tiny_decoder, cudagraph=True, bf16=True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"decoder": "not a decoder"}, TypeError, "decoder must be a reasyn_ref Decoder"),
+        ({"temperature": 0}, ValueError, "temperature must be a finite number >= 1.18e-38"),
+        ({"temperature": float("nan")}, ValueError, "temperature"),
+        ({"temperature": "0.1"}, TypeError, "temperature must be a finite number"),
+    ],
+)
+def test_sampler_refuses_bad_construction(tiny_decoder, kwargs, error, match):
+    arguments = {"decoder": tiny_decoder, **kwargs}
+    with pytest.raises(error, match=match):
+        KVSampler(arguments.pop("decoder"), **arguments)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"max_len": 513}, "max_len must be in"),
+        ({"prefixes": [[START] * 9]}, r"prefixes\[0\] has length 9"),
+        ({"prefixes": [[START, 400]]}, r"prefixes\[0\] holds token id 400"),
+        ({"generator": None}, "generator must be a torch.Generator"),
+        ({"memory": torch.zeros(1, 20, 5)}, r"memory must be \[1, M >= 1, d_model"),
+    ],
+)
+def test_sampler_refuses_bad_sample_arguments(tiny_decoder, target, change, match):
+    memory, mask = target
+    arguments = {
+        "memory": memory,
+        "memory_padding_mask": mask,
+        "prefixes": [[START]],
+        "generator": torch.Generator(),
+        "max_len": 8,
+        **change,
+    }
+    with pytest.raises(ValueError, match=match):
+        KVSampler(tiny_decoder).sample(**arguments)
+
+
+# --- input checks ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def kv(tiny_decoder) -> KVDecoder:
+    return KVDecoder(tiny_decoder)
+
+
+@pytest.fixture
+def buffers(kv, target) -> StepBuffers:
+    """Buffers with a target loaded and two rows prefilled."""
+    memory, mask = pad_memory(*target)
+    buffers = kv.new_buffers(StepKey(2, 64, memory.shape[1]), torch.float32)
+    tokens, gather = pad_rows(random_rows([3, 1], seed=13), kv.config, bucket=True)
+    with torch.no_grad():
+        kv.load_target(buffers, memory, mask)
+        kv.prefill(buffers, tokens, gather)
+    return buffers
+
+
+def test_incremental_decoder_needs_a_decoder():
+    with pytest.raises(TypeError, match="decoder must be a reasyn_ref Decoder"):
+        KVDecoder(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize(
+    ("key", "match"),
+    [
+        (StepKey(0, 64, 64), "key.batch must be an int >= 1"),
+        (StepKey(2, 513, 64), "key.cache_len 513 exceeds the decoder's max_len 512"),
+        (StepKey(2, 64, True), "key.memory_len must be an int >= 1"),
+    ],
+)
+def test_new_buffers_refuses_bad_keys(kv, key, match):
+    with pytest.raises(ValueError, match=match):
+        kv.new_buffers(key, torch.float32)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("cache", lambda b: b.cache.double(), r"buffers.cache must be torch.float32"),
+        ("cross", lambda b: b.cross[:1].clone(), r"buffers.cross must be torch.float32 of shape"),
+        (
+            "cache",
+            lambda b: b.cache.transpose(2, 3).contiguous().transpose(2, 3),
+            r"buffers.cache must be contiguous",
+        ),
+        ("inputs", lambda b: b.inputs.int(), r"buffers.inputs must be torch.int64"),
+        ("cross_mask", lambda b: b.cross_mask.bool(), r"buffers.cross_mask must be"),
+        ("cache", lambda b: b.cache[0], r"buffers.cache must be \[L, 2, Bb, S, d\]"),
+    ],
+)
+def test_a_step_refuses_buffers_that_do_not_fit(kv, buffers, field, value, match):
+    setattr(buffers, field, value(buffers))
+    with pytest.raises(ValueError, match=match):
+        kv.step(buffers)
+
+
+def test_a_step_refuses_positions_outside_the_cache_and_unknown_tokens(kv, buffers):
+    buffers.inputs.copy_(torch.tensor([[5, 6], [3, 64]]))
+    with pytest.raises(ValueError, match=r"positions holds values in \[3, 64\]"):
+        kv.step(buffers)
+    buffers.inputs.copy_(torch.tensor([[5, 272], [3, 1]]))
+    with pytest.raises(ValueError, match=r"tokens holds values in \[5, 272\]"):
+        kv.step(buffers)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "gather", "match"),
+    [
+        (torch.ones(2, 65, dtype=torch.long), torch.zeros(2, dtype=torch.long), r"P <= cache_len"),
+        (torch.ones(3, 4, dtype=torch.long), torch.zeros(3, dtype=torch.long), r"\[Bb=2, P\]"),
+        (torch.ones(2, 4), torch.zeros(2, dtype=torch.long), "tokens must be a torch.long"),
+        (torch.ones(2, 4, dtype=torch.long), torch.tensor([0, 4]), r"gather holds values"),
+        (torch.ones(2, 4, dtype=torch.long), torch.zeros(3, dtype=torch.long), r"gather must be"),
+        (torch.full((2, 4), -1), torch.zeros(2, dtype=torch.long), r"tokens holds values"),
+    ],
+)
+def test_prefill_refuses_bad_inputs_before_writing_anything(kv, buffers, tokens, gather, match):
+    before = buffers.cache.clone()
+    with pytest.raises(ValueError, match=match):
+        kv.prefill(buffers, tokens, gather)
+    assert torch.equal(buffers.cache, before)
+
+
+@pytest.mark.parametrize(
+    ("memory", "mask", "match"),
+    [
+        (torch.zeros(1, 32, 32), torch.zeros(1, 32, dtype=torch.bool), r"memory must be one"),
+        (torch.zeros(2, 64, 32), torch.zeros(2, 64, dtype=torch.bool), r"memory must be one"),
+        (torch.zeros(1, 64, 32), torch.zeros(1, 64), r"memory_padding_mask must be a torch.bool"),
+        (torch.zeros(1, 64, 32), torch.zeros(1, 63, dtype=torch.bool), r"must be \(1, 64\)"),
+        (torch.zeros(1, 64, 32, dtype=torch.long), None, r"memory must be a floating-point"),
+    ],
+)
+def test_load_target_refuses_bad_memory_before_writing_anything(kv, buffers, memory, mask, match):
+    before = (buffers.cross.clone(), buffers.cross_mask.clone())
+    with pytest.raises(ValueError, match=match):
+        kv.load_target(buffers, memory, mask)
+    assert torch.equal(buffers.cross, before[0]) and torch.equal(buffers.cross_mask, before[1])
+
+
+def test_eager_slot_refuses_bad_rows(kv):
+    with EagerSteps(kv, bf16=False).claim(StepKey(2, 64, 64)) as slot:
+        for rows in (0, 3, True):
+            with pytest.raises(ValueError, match=r"rows must be an int in \[1, Bb=2\]"):
+                slot.step(rows)
