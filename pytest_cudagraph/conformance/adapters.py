@@ -17,11 +17,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from pytest_cudagraph.conformance.target import BIT_IDENTICAL, CudaGraphTarget, Inputs, Tolerance
+from pytest_cudagraph.engines import trees
 
 if TYPE_CHECKING:
     import torch
@@ -144,7 +145,7 @@ def compiled(
         with _on(device), _rerecord_limit(rerecord_limit):
             torch.compiler.cudagraph_mark_step_begin()
             outputs = with_graphs(**inputs)
-            return _cloned(outputs) if copy_outputs else outputs
+            return trees.cloned(outputs) if copy_outputs else outputs
 
     def eager(inputs: Inputs) -> Any:
         return one_thread.submit(run_eager, inputs).result()
@@ -203,7 +204,7 @@ def graphed_callables(
                     lambda *args: module(*args), args, num_warmup_iters=num_warmup_iters
                 )
             outputs = graphs[key](*args)
-            return _cloned(outputs) if copy_outputs else outputs
+            return trees.cloned(outputs) if copy_outputs else outputs
 
     def reset() -> None:
         with lock:
@@ -276,18 +277,3 @@ def _rerecord_limit(limit: int) -> Any:
     if not hasattr(inductor_config.triton, "cudagraph_unexpected_rerecord_limit"):
         return contextlib.nullcontext()  # torch without the limit: re-records are not bounded
     return inductor_config.patch({"triton.cudagraph_unexpected_rerecord_limit": limit})
-
-
-def _cloned(outputs: Any) -> Any:
-    """Outputs with every tensor cloned, in the same structure."""
-    import torch
-
-    if isinstance(outputs, torch.Tensor):
-        return outputs.clone()
-    if isinstance(outputs, Mapping):
-        return {key: _cloned(value) for key, value in outputs.items()}
-    if isinstance(outputs, list):
-        return [_cloned(value) for value in outputs]
-    if isinstance(outputs, tuple):
-        return tuple(_cloned(value) for value in outputs)
-    return outputs

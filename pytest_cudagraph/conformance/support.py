@@ -7,7 +7,7 @@ import multiprocessing
 import os
 import sys
 import traceback
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import pytest
@@ -21,7 +21,7 @@ from pytest_cudagraph.conformance.target import (
     build_target,
     missing_field_reason,
 )
-from pytest_cudagraph.engines import devices
+from pytest_cudagraph.engines import devices, trees
 from pytest_cudagraph.engines.faults import FaultInjector
 from pytest_cudagraph.engines.parity import compare_outputs
 
@@ -79,13 +79,7 @@ def differences(
 
 def tensors_in(value: object) -> list[torch.Tensor]:
     """The tensors in an output: a tensor, or tuples, lists and dicts of them."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, Mapping):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return [tensor for item in value for tensor in tensors_in(item)]
-    return []
+    return [tensor for _, tensor in trees.tensors(value)]
 
 
 def input_tensor_names(inputs: Inputs) -> list[str]:

@@ -23,13 +23,14 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pytest_cudagraph.engines import rng, trees
 from pytest_cudagraph.engines.hostsync import host_syncs_allowed
 
 if TYPE_CHECKING:
     import torch
 
-# torch.manual_seed takes a 64-bit unsigned seed; case k is seeded with seed + k.
-MAX_SEED = 2**64 - 1
+# Case k is seeded with seed + k.
+MAX_SEED = rng.MAX_SEED
 
 
 @dataclass(frozen=True)
@@ -307,7 +308,7 @@ _Extent = tuple[str, int, int]  # (device, first byte, end) of a tensor's whole 
 def _storage_extents(value: object, name: str) -> list[tuple[str, _Extent]]:
     """(path, extent) of each tensor in ``value`` that has storage; paths start at ``name``."""
     found = []
-    for path, tensor in _tensors(value, name):
+    for path, tensor in trees.tensors(value, name):
         extent = _storage_extent(tensor)
         if extent is not None:
             found.append((path, extent))
@@ -320,7 +321,7 @@ def _overlapping(
     """``storage_overlaps`` against extents taken earlier (``_storage_extents``)."""
     extents = list(extents)
     found = []
-    for output_path, tensor in _tensors(output, path):
+    for output_path, tensor in trees.tensors(output, path):
         mine = _storage_extent(tensor)
         if mine is None:
             continue
@@ -399,7 +400,7 @@ class ParityChecker:
         # shared; their extents are taken once.
         kept_outputs: list[object] = []
         kept_extents: list[tuple[str, _Extent]] = []
-        with self._rng_restored():
+        with rng.restored(self.device):
             for index, case in enumerate(case_values):
                 seed = self.seed + index
                 # Only the graphed side is held to no_host_sync; the rest is the harness.
@@ -407,7 +408,7 @@ class ParityChecker:
                     eager_inputs = self._make_seeded(make_inputs, case, seed)
                     shapes = tuple(
                         f"{path} {tuple(tensor.shape)}"
-                        for path, tensor in _tensors(eager_inputs, "")
+                        for path, tensor in trees.tensors(eager_inputs, "")
                     )
                     expected = self._call_seeded(eager, eager_inputs, seed)
                     graphed_inputs = self._make_seeded(make_inputs, case, seed)
@@ -463,7 +464,7 @@ class ParityChecker:
         recordings, recorded = [], []
         for value in ("0", "1"):
             lifted = host_syncs_allowed(self.device) if value == "0" else nullcontext()
-            with _environment(toggle, value), self._seeded(self.seed), lifted:
+            with _environment(toggle, value), rng.seeded(self.device, self.seed), lifted:
                 self._recording, self._recorded = {}, {}
                 try:
                     body()
@@ -493,7 +494,7 @@ class ParityChecker:
             )
         values = self._recording.setdefault(name, [])
         self._recorded[f"recorded[{name!r}][{len(values)}]"] = value
-        values.append(_snapshot(value))
+        values.append(trees.snapshot(value))
 
     @staticmethod
     def _shared_storage(
@@ -531,66 +532,16 @@ class ParityChecker:
         import torch
 
         # Seeded globally too, so inputs drawn without the generator still match.
-        self._seed_generators(seed)
+        rng.seed_all(self.device, seed)
         return make_inputs(torch.Generator(device=self.device).manual_seed(seed), case)
 
     def _call_seeded(self, function: Callable[..., object], inputs: object, seed: int) -> object:
-        self._seed_generators(seed)
+        rng.seed_all(self.device, seed)
         if isinstance(inputs, Mapping):
             return function(**inputs)
         if isinstance(inputs, (tuple, list)):
             return function(*inputs)
         return function(inputs)
-
-    @contextmanager
-    def _seeded(self, seed: int) -> Iterator[None]:
-        with self._rng_restored():
-            self._seed_generators(seed)
-            yield
-
-    @contextmanager
-    def _rng_restored(self) -> Iterator[None]:
-        """The global CPU and CUDA generators as they were before the block, afterwards."""
-        import torch
-
-        cuda_devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=cuda_devices, device_type="cuda"):
-            yield
-
-    def _seed_generators(self, seed: int) -> None:
-        import torch
-
-        torch.default_generator.manual_seed(seed)
-        if self.device.type == "cuda":
-            torch.cuda.default_generators[self.device.index].manual_seed(seed)
-
-
-def _tensors(value: object, path: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """(path, tensor) for each tensor in a value. With an empty path, names read as call
-    arguments: "input" for a lone tensor, "args[0]" positionally, the keyword otherwise."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        yield path or "input", value
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            yield from _tensors(item, f"{path}[{key!r}]" if path else str(key))
-    elif isinstance(value, (tuple, list)):
-        for index, item in enumerate(value):
-            yield from _tensors(item, f"{path or 'args'}[{index}]")
-
-
-def _snapshot(value: object) -> object:
-    """A copy that later in-place updates (or graph replays) cannot change."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, Mapping):
-        return {key: _snapshot(item) for key, item in value.items()}
-    if isinstance(value, (tuple, list)):
-        return [_snapshot(item) for item in value]
-    return value
 
 
 @contextmanager
