@@ -9,11 +9,15 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from results_schema import assert_valid_results
+
+import pytest_cudagraph
+from pytest_cudagraph import results
 
 RESULTS_TESTS = """
 import pytest
@@ -77,7 +81,7 @@ def test_results_hold_each_section_once(cpu_pytester: pytest.Pytester, xdist: li
     document = read_results(cpu_pytester)
     assert_valid_results(document)
     assert document["format"] == 2
-    assert document["plugin_version"] == __import__("pytest_cudagraph").__version__
+    assert document["plugin_version"] == pytest_cudagraph.__version__
     date = datetime.datetime.fromisoformat(document["date"])
     assert date.utcoffset() == datetime.timedelta(0)
     assert document["session"] == {
@@ -218,7 +222,7 @@ def a_folder_nobody_may_write() -> Path:
     """A folder this process cannot create a file in, even as root (a read-only sysfs)."""
     for folder in (Path("/sys"), Path("/proc")):
         try:
-            handle, probe = __import__("tempfile").mkstemp(dir=folder)
+            handle, probe = tempfile.mkstemp(dir=folder)
         except OSError:
             return folder
         os.close(handle)
@@ -325,3 +329,41 @@ def test_the_commit_is_the_rootdirs(cpu_pytester: pytest.Pytester) -> None:
     git("commit", "-q", "-m", "the tests")
     cpu_pytester.runpytest_inprocess("--cudagraph-json=results.json").assert_outcomes(passed=1)
     assert read_results(cpu_pytester)["commit"] == {"sha": git("rev-parse", "HEAD"), "dirty": False}
+
+
+def test_the_schema_is_a_valid_schema_and_refuses_what_is_not_results() -> None:
+    jsonschema = pytest.importorskip(
+        "jsonschema", reason="checking against the schema needs jsonschema (the test extra)"
+    )
+    jsonschema.Draft202012Validator.check_schema(results.schema())
+    row = {"check": "guards", "verdict": "passed", "seconds": 0.1, "figure": "4 of 4"}
+    row |= {"reason": "", "values": {"refused": 4}}
+    data = {
+        "tests": [],
+        "parity": [{"nodeid": "t.py::a", "form": "cases", "checked": 4, "passed": 4}],
+        "memory": [],
+        "conformance": {"target": "reasyn", "rows": [row]},
+        "skips": {"total": 0, "by_reason": []},
+        "stray_contexts": [],
+    }
+    sections = [results.Section(name, lambda records, d=d: d) for name, d in data.items()]
+    end = results.session_end(pytest.ExitCode.OK, None)
+    valid = json.loads(json.dumps(results.results_document(sections, [], None, session=end)))
+    assert_valid_results(valid)
+    broken = {
+        "no session": lambda d: d.pop("session"),
+        "a format-1 parity entry": lambda d: d["parity"][0].update(value={"checked": 4}),
+        "a verdict of no kind": lambda d: d["conformance"]["rows"][0].update(verdict="PASSED"),
+        "a figure's value as text": lambda d: d["conformance"]["rows"][0]["values"].update(
+            refused="4"
+        ),
+        "a skip counted zero times": lambda d: d["skips"]["by_reason"].append(
+            {"reason": "x", "count": 0}
+        ),
+        "a date that is not ISO 8601": lambda d: d.update(date="Mon Jun 1 12:00:00 2025"),
+    }
+    validator = jsonschema.Draft202012Validator(results.schema())
+    for name, breaking in broken.items():
+        document = json.loads(json.dumps(valid))
+        breaking(document)
+        assert not validator.is_valid(document), name
