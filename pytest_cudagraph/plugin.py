@@ -57,6 +57,9 @@ BINDING = pytest.StashKey[devices.DeviceBinding]()
 USED_BY = pytest.StashKey[list[str]]()
 STRAY_CHECKS = pytest.StashKey[list[devices.StrayCheck]]()
 RECORDS = pytest.StashKey[list[results.Record]]()
+USES_PLUGIN = pytest.StashKey[bool]()  # on an item that uses the plugin
+INTERRUPTION = pytest.StashKey[str]()  # what interrupted the session, if anything did
+JSON_OUTCOME = pytest.StashKey[str]()  # the terminal's line about the results file
 STRAY_CHECK_OUTPUT = "cudagraph_stray_check"  # key in xdist's workeroutput
 
 
@@ -82,10 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
         section = feature.section()
         if section is not None:
             results.add_section(config, section)
-    config.pluginmanager.register(
-        _RecordGatherer(config, [feature.name() for feature in features]),
-        "cudagraph-records",
-    )
+    config.pluginmanager.register(_RecordGatherer(config), "cudagraph-records")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(config), "cudagraph-xdist")
     if config.pluginmanager.hasplugin("benchmark"):
@@ -148,6 +148,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             getattr(item, "fixturenames", ())
         ):
             config.stash[USED_BY].append(item.nodeid)
+            item.stash[USES_PLUGIN] = True
         valid.append(item)
     items[:] = valid
 
@@ -218,30 +219,51 @@ def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:
     test_report = yield
     if test_report.when == "call":
         test_report.sections.extend(item.stash.get(SECTIONS, []))
+    if item.stash.get(USES_PLUGIN, False):
+        setattr(test_report, results.USES_PLUGIN, True)
     return test_report
 
 
 class _RecordGatherer:
     """Gathers the records from reports; in the xdist controller they come from workers
-    (whose reports also tell the controller, which collects nothing, that a marker was used)."""
+    (whose reports also tell the controller, which collects nothing, that a test used the
+    plugin). Also notes what interrupted the session, for the results' session end."""
 
-    def __init__(self, config: pytest.Config, marker_names: list[str]) -> None:
+    def __init__(self, config: pytest.Config) -> None:
+        self._config = config
         self._records = config.stash[RECORDS]
         self._used_by = config.stash[USED_BY]
-        self._marker_names = marker_names
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """Ctrl-C, collection errors, and -x under xdist all end the session through here."""
+        self._config.stash[INTERRUPTION] = str(excinfo.value) or excinfo.typename
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         records = results.records_from(report)
         self._records.extend(records)
-        marked = any(name in report.keywords for name in self._marker_names)
-        if marked or any(record.kind != "skip" for record in records):
+        recorded = any(record.kind != results.PHASE for record in records)
+        if recorded or getattr(report, results.USES_PLUGIN, False):
             self._used_by.append(report.nodeid)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         self._records.extend(results.records_from(report))
 
 
-# The session's end
+# The session's start and end
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A results file from an earlier run must not outlive this one, even if it dies."""
+    json_path = settings.snapshot(session.config)[settings.JSON]
+    if json_path.value is None or hasattr(session.config, "workerinput"):
+        return
+    try:
+        Path(str(json_path.value)).unlink(missing_ok=True)
+    except OSError as error:
+        raise pytest.UsageError(
+            f"{json_path.source}={str(json_path.value)!r}: cannot remove the results of an "
+            f"earlier run: {error.strerror or error}"
+        ) from None
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -259,23 +281,52 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     json_path = snapshot.value(settings.JSON)
     if json_path is not None and not hasattr(config, "workerinput"):
-        document = results.results_document(
-            _sections(config), config.stash[RECORDS], results.stack_facts()
-        )
-        results.write_json(Path(str(json_path)), document)
+        config.stash[JSON_OUTCOME] = _write_results(session, Path(str(json_path)))
+
+
+def _write_results(session: pytest.Session, path: Path) -> str:
+    """Write the results file; gives the terminal's line about it (a file that cannot be
+    written is said there, never raised: the run's own outcome stands)."""
+    config = session.config
+    end = results.session_end(session.exitstatus, _stopped(session))
+    document = results.results_document(
+        _sections(config),
+        config.stash[RECORDS],
+        results.stack_facts(),
+        session=end,
+        commit=results.commit_of(config.rootpath),
+    )
+    try:
+        results.write_json(path, document)
+    except OSError as error:
+        return f"cudagraph results NOT written to {path}: {error}"
+    partial = "" if end.complete else f" (partial: {end.stopped or end.exit})"
+    return f"cudagraph results written to {path}{partial}"
+
+
+def _stopped(session: pytest.Session) -> str | None:
+    """What ended the session before it ran all it collected (-x, Ctrl-C, ...), if anything."""
+    for reason in (
+        session.shouldfail,
+        session.shouldstop,
+        session.config.stash.get(INTERRUPTION, ""),
+    ):
+        if reason:
+            return reason if isinstance(reason, str) else "stopped early"
+    return None
 
 
 def _sections(config: pytest.Config) -> list[results.Section]:
-    """Every section of the session's results: the registered ones, then the skips and the
-    stray-context check."""
+    """Every section of the session's results: each test's outcome, the registered ones,
+    then the skips and the stray-context check."""
     mode = str(settings.snapshot(config).value(settings.STRAY_CONTEXTS))
     checks = config.stash[STRAY_CHECKS]
     strays = results.Section(
-        "stray_contexts",
+        results.STRAY_CONTEXTS,
         lambda records: [dataclasses.asdict(check) for check in checks],
         lambda data: results.stray_lines(checks, mode),
     )
-    return [*results.sections_of(config), results.SKIPS, strays]
+    return [results.TESTS, *results.sections_of(config), results.SKIPS, strays]
 
 
 def _check_stray_contexts(config: pytest.Config) -> devices.StrayCheck:
@@ -311,6 +362,5 @@ def pytest_terminal_summary(
         terminalreporter.write_sep("=", "cudagraph")
         for line in lines:
             terminalreporter.write_line(line)
-    path = settings.snapshot(config).value(settings.JSON)
-    if path is not None:
-        terminalreporter.write_line(f"cudagraph results written to {path}")
+    if JSON_OUTCOME in config.stash:
+        terminalreporter.write_line(config.stash[JSON_OUTCOME])

@@ -1,25 +1,31 @@
 """The one route of the plugin's results: records, sections, the terminal summary and the JSON.
 
-A test records plain data with ``record(item, kind, value)``: it travels in the report's
-``user_properties`` (xdist carries it to the controller), where ``records_from`` gathers it.
-A ``Section`` turns the session's records into data once (``Section.data``); the "cudagraph"
-terminal summary renders that data (``Section.lines``) and ``--cudagraph-json`` writes it under
-the section's name, so every reader, scripts included, reads fields, never text. The markers,
-the conformance table, the skips and the stray-context check are sections; other plugins add
-theirs with ``add_section(config, section)``. torch is imported only by ``stack_facts``.
+A test records plain data with ``record(item, kind, value)``: it travels, in an envelope that
+tells it from a user's own ``record_property``, in the report's ``user_properties`` (xdist
+carries it to the controller), where ``records_from`` gathers it together with one ``phase``
+record per report (outcome, duration, reason). A ``Section`` turns the session's records into
+data once (``Section.data``); the "cudagraph" terminal summary renders that data
+(``Section.lines``), ``--cudagraph-json`` writes it under the section's name and the Markdown
+report (pytest_cudagraph.report_markdown) renders it again from the file, so every reader reads
+fields, never text. The document's shape is ``results.schema.json`` beside this module.
+torch is imported only by ``stack_facts``.
 """
 
 from __future__ import annotations
 
 import datetime
+import importlib.resources
 import json
+import math
 import os
 import platform
+import subprocess
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +34,19 @@ from pytest_cudagraph.engines.devices import DeviceBinding, StrayCheck
 from pytest_cudagraph.engines.units import GiB
 
 RECORD_PREFIX = "cudagraph_"
+ENVELOPE = "pytest_cudagraph"  # the one key of a recorded value's envelope
 JSON_FORMAT = 2
+SCHEMA_FILE = "results.schema.json"
+PHASE = "phase"  # the kind of the record every report gives (not recordable by hand)
+# The document's own keys, and the sections plugin.py always adds last: names no other
+# section may take.
+DOCUMENT_KEYS = frozenset(("format", "plugin_version", "date", "commit", "session", "stack"))
+STRAY_CONTEXTS = "stray_contexts"
+# Set on a report of a test that uses the plugin (its markers, fixtures or conformance
+# checks); a plain attribute, so it travels from xdist workers.
+USES_PLUGIN = "cudagraph_uses_plugin"
+REASON_LENGTH = 200
+GIT_SECONDS = 10
 
 
 @dataclass(frozen=True)
@@ -75,6 +93,9 @@ def header_lines(facts: StackFacts, binding: DeviceBinding) -> list[str]:
     return lines
 
 
+# Records
+
+
 @dataclass(frozen=True)
 class Record:
     """One piece of plain data a test recorded (``kind`` names the section that reads it)."""
@@ -84,23 +105,105 @@ class Record:
     value: object
 
 
+def envelope(kind: str, value: object) -> tuple[str, dict[str, object]]:
+    """The ``user_properties`` entry that carries a record (what ``record`` appends)."""
+    if not isinstance(kind, str):
+        raise TypeError(f"a record's kind must be a string, got {kind!r}")
+    if not kind or kind == PHASE:
+        raise ValueError(f"a record's kind must be a non-empty name other than {PHASE!r}")
+    return (RECORD_PREFIX + kind, {ENVELOPE: value})
+
+
 def record(item: pytest.Item, kind: str, value: object) -> None:
     """Record ``value`` (plain data: it may travel from an xdist worker) for the sections."""
-    item.user_properties.append((RECORD_PREFIX + kind, value))
+    item.user_properties.append(envelope(kind, value))
+
+
+def plugin_values(properties: Iterable[object]) -> list[tuple[str, object]]:
+    """(kind, value) of each entry of ``properties`` that ``record`` wrote, in order."""
+    found = []
+    for entry in properties:
+        name, value = _pair(entry)
+        if _is_envelope(name, value):
+            assert isinstance(name, str) and isinstance(value, dict)
+            found.append((name.removeprefix(RECORD_PREFIX), value[ENVELOPE]))
+    return found
+
+
+def foreign_properties(properties: Iterable[object]) -> list[list[object]]:
+    """The user's own properties (``record_property``): every entry ``record`` did not write,
+    as [name, value]; a value of our prefix that is not ours is kept here, never read as ours."""
+    pairs = (_pair(entry) for entry in properties)
+    return [[name, value] for name, value in pairs if not _is_envelope(name, value)]
+
+
+def _pair(entry: object) -> tuple[object, object]:
+    if isinstance(entry, (tuple, list)) and len(entry) == 2:
+        return entry[0], entry[1]
+    return None, entry
+
+
+def _is_envelope(name: object, value: object) -> bool:
+    return (
+        isinstance(name, str)
+        and name.startswith(RECORD_PREFIX)
+        and name != RECORD_PREFIX + PHASE  # never recorded by hand (``envelope`` refuses it)
+        and isinstance(value, dict)
+        and value.keys() == {ENVELOPE}
+    )
 
 
 def records_from(report: pytest.TestReport | pytest.CollectReport) -> list[Record]:
-    """The records in one report; every skip is one too (so the summary counts what pytest
-    counts)."""
+    """The records in one report: what its test recorded (from the call's report, which holds
+    everything recorded up to then), then the report's own ``phase`` record. Collection gives
+    a phase record only where it failed or skipped."""
     found = []
-    if getattr(report, "when", None) == "call":
-        for name, value in report.user_properties:
-            if name.startswith(RECORD_PREFIX):
-                found.append(Record(name.removeprefix(RECORD_PREFIX), report.nodeid, value))
-    reason = skip_reason(report)
-    if reason is not None:
-        found.append(Record("skip", report.nodeid, reason))
+    if report.when == "call":
+        found += [Record(kind, report.nodeid, v) for kind, v in plugin_values(_properties(report))]
+    if report.when != "collect" or not report.passed:
+        found.append(Record(PHASE, report.nodeid, phase_of(report)))
     return found
+
+
+def _properties(report: pytest.TestReport | pytest.CollectReport) -> list[object]:
+    return list(getattr(report, "user_properties", ()))
+
+
+def phase_of(report: pytest.TestReport | pytest.CollectReport) -> dict[str, object]:
+    """One report as plain data: its phase, outcome (as pytest counts it), seconds, one-line
+    reason, whether its test uses the plugin, and the user's own properties."""
+    return {
+        "when": report.when,
+        "outcome": outcome_of(report),
+        "duration": float(getattr(report, "duration", 0.0)),
+        "reason": reason_of(report),
+        "uses_plugin": bool(getattr(report, USES_PLUGIN, False)),
+        "worker": getattr(report, "worker_id", None),
+        "properties": foreign_properties(_properties(report)),
+    }
+
+
+def outcome_of(report: pytest.TestReport | pytest.CollectReport) -> str:
+    """passed, failed, skipped, error (a failure outside the call), xfailed, xpassed, or what
+    another plugin names (pytest-rerunfailures' rerun)."""
+    if hasattr(report, "wasxfail"):
+        if report.skipped:
+            return "xfailed"
+        if report.passed:
+            return "xpassed"
+    if report.failed and report.when != "call":
+        return "error"
+    return report.outcome
+
+
+def reason_of(report: pytest.TestReport | pytest.CollectReport) -> str:
+    """Why the report is not a plain pass, in one line ("" for a pass)."""
+    if hasattr(report, "wasxfail"):
+        return first_line(str(report.wasxfail))
+    if report.passed:
+        return ""
+    skip = skip_reason(report)
+    return first_line(skip) if skip is not None else failure_line(report)
 
 
 def skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str | None:
@@ -109,6 +212,20 @@ def skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str | None:
     if not (report.skipped and isinstance(report.longrepr, tuple)):
         return None
     return str(report.longrepr[2]).removeprefix("Skipped: ")
+
+
+def failure_line(report: pytest.TestReport | pytest.CollectReport) -> str:
+    """The first line of what failed: the exception's message, else the report's text."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    return first_line(crash.message if crash is not None else str(report.longrepr or ""))
+
+
+def first_line(text: str) -> str:
+    stripped = text.strip()
+    return stripped.splitlines()[0][:REASON_LENGTH] if stripped else ""
+
+
+# Sections
 
 
 @dataclass(frozen=True)
@@ -128,17 +245,76 @@ SECTIONS = pytest.StashKey[list[Section]]()
 def add_section(config: pytest.Config, section: Section) -> None:
     """Add ``section`` to the session's results, after those added before it."""
     sections = config.stash.setdefault(SECTIONS, [])
+    if section.name in DOCUMENT_KEYS | {TESTS.name, SKIPS.name, STRAY_CONTEXTS}:
+        raise ValueError(f"{section.name!r} is a name the results document keeps for itself")
     if any(known.name == section.name for known in sections):
         raise ValueError(f"a results section named {section.name!r} is already registered")
     sections.append(section)
 
 
 def sections_of(config: pytest.Config) -> list[Section]:
-    return list(config.stash.get(SECTIONS, []))
+    sections: list[Section] = config.stash.get(SECTIONS, [])
+    return list(sections)
+
+
+@dataclass
+class Run:
+    """One run of a test as the ``tests`` section gives it."""
+
+    nodeid: str
+    outcome: str = "unfinished"
+    when: str = "setup"
+    duration: float = 0.0
+    reason: str = ""
+    properties: list[list[object]] = field(default_factory=list)
+
+    def take(self, phase: Mapping[str, Any]) -> None:
+        """Fold in one phase: the first failure stands; a set-up or teardown that passed
+        decides nothing."""
+        self.duration += phase["duration"]
+        self.properties = phase["properties"]
+        if self.outcome in ("failed", "error"):
+            return
+        if phase["outcome"] == "passed" and phase["when"] != "call":
+            return
+        self.outcome, self.when, self.reason = phase["outcome"], phase["when"], phase["reason"]
+
+
+def tests_data(records: Sequence[Record]) -> list[dict[str, object]]:
+    """One entry per run of a test (a test run twice, by --keep-duplicates or a rerun plugin,
+    has two), and one per collection error or skip: nodeid, outcome, the phase that decided
+    it, seconds over its phases, the one-line reason, the user's own properties. A test whose
+    phases stopped short (an interrupted run) is "unfinished"."""
+    runs: list[Run] = []
+    running: dict[tuple[str, object], Run] = {}  # by nodeid and xdist worker
+    for nodeid, phase in phases(records):
+        key = (nodeid, phase["worker"])
+        run = running.get(key)
+        if run is None or phase["when"] in ("setup", "collect"):
+            run = running[key] = Run(nodeid)
+            runs.append(run)
+        run.take(phase)
+    return [asdict(run) for run in runs]
+
+
+def phases(records: Sequence[Record]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(nodeid, phase) of each ``phase`` record (see ``phase_of``), in order."""
+    for record in records:
+        if record.kind == PHASE:
+            assert isinstance(record.value, Mapping)
+            yield record.nodeid, record.value
+
+
+TESTS = Section("tests", tests_data)
 
 
 def skips_data(records: Sequence[Record]) -> dict[str, object]:
-    reasons = Counter(str(record.value) for record in records if record.kind == "skip")
+    """The skips of tests that use the plugin, by reason (a user's other skips are theirs)."""
+    reasons = Counter(
+        str(phase["reason"])
+        for _, phase in phases(records)
+        if phase["outcome"] == "skipped" and phase["uses_plugin"]
+    )
     return {
         "total": sum(reasons.values()),
         "by_reason": [{"reason": reason, "count": n} for reason, n in reasons.most_common()],
@@ -176,16 +352,78 @@ def summary_lines(sections: Sequence[Section], records: Sequence[Record]) -> lis
     return [line for section in sections for line in section.lines(section.data(records))]
 
 
+# The document
+
+
+@dataclass(frozen=True)
+class SessionEnd:
+    """How the session ended: pytest's exit status (and its name), whether every collected
+    test ran to its end (``complete``), and what stopped it early, if anything."""
+
+    exit_status: int
+    exit: str
+    complete: bool
+    stopped: str | None
+
+
+# Statuses of a session that ran what it collected; any other means it stopped short.
+FINISHED = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
+
+
+def session_end(exit_status: int, stopped: str | None) -> SessionEnd:
+    try:
+        name = pytest.ExitCode(exit_status).name
+    except ValueError:  # a plugin's own status
+        name = str(exit_status)
+    complete = exit_status in FINISHED and stopped is None
+    return SessionEnd(int(exit_status), name, complete, stopped)
+
+
+def commit_of(folder: Path) -> dict[str, object] | None:
+    """The git HEAD of ``folder`` and whether tracked files differ from it (untracked ones do
+    not count); None where git or a repository is missing. Never raises."""
+    # The folder's own repository, whatever repository the caller's environment points at.
+    environment = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
+
+    def git(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["git", "-C", str(folder), *arguments],
+            capture_output=True,
+            text=True,
+            timeout=GIT_SECONDS,
+            env=environment,
+            check=False,
+        )
+
+    try:
+        head = git("rev-parse", "--verify", "HEAD")
+        if head.returncode != 0:
+            return None
+        status = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
+    return {"sha": head.stdout.strip(), "dirty": dirty}
+
+
 def results_document(
-    sections: Sequence[Section], records: Sequence[Record], facts: StackFacts | None
+    sections: Sequence[Section],
+    records: Sequence[Record],
+    facts: StackFacts | None,
+    *,
+    session: SessionEnd | None = None,
+    commit: Mapping[str, object] | None = None,
 ) -> dict[str, object]:
-    """The session's results as plain data (``--cudagraph-json``); see docs/plugin.md."""
+    """The session's results as plain data (``--cudagraph-json``); the shape is
+    ``results.schema.json``, described in docs/plugin.md."""
     from pytest_cudagraph import __version__
 
     document: dict[str, object] = {
         "format": JSON_FORMAT,
         "plugin_version": __version__,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": dict(commit) if commit is not None else None,
+        "session": asdict(session) if session is not None else None,
         "stack": asdict(facts) if facts is not None else None,
     }
     for section in sections:
@@ -193,11 +431,25 @@ def results_document(
     return document
 
 
+def plain(value: object) -> object:
+    """``value`` as strict JSON holds it: a non-finite float becomes its name ("nan", "inf",
+    "-inf"), a tuple a list, an object JSON has no form for its ``str``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return str(value)
+
+
 def write_json(path: Path, document: Mapping[str, object]) -> None:
-    """Write ``document`` to ``path`` atomically: a reader never sees half a file, and a failed
-    write leaves no file behind."""
+    """Write ``document`` to ``path`` atomically, as strict JSON: a reader never sees half a
+    file, and a failed write leaves no file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(document, indent=2, default=str) + "\n"
+    text = json.dumps(plain(document), indent=2, allow_nan=False) + "\n"
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w") as file:
@@ -206,3 +458,26 @@ def write_json(path: Path, document: Mapping[str, object]) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def read_document(path: Path) -> dict[str, object]:
+    """A results file written by this plugin's format; ValueError naming the file otherwise
+    (OSError where it cannot be read)."""
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not JSON ({error})") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"{path}: a results document is a JSON object, got {type(document)}")
+    if document.get("format") != JSON_FORMAT:
+        raise ValueError(
+            f"{path}: results of format {document.get('format')!r}; "
+            f"this plugin reads format {JSON_FORMAT}"
+        )
+    return document
+
+
+def schema() -> dict[str, object]:
+    """The JSON Schema of a results document (shipped beside this module)."""
+    text = importlib.resources.files("pytest_cudagraph").joinpath(SCHEMA_FILE).read_text("utf-8")
+    return json.loads(text)

@@ -16,8 +16,10 @@ import math
 import os
 import re
 import shlex
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 
 import pytest
@@ -172,10 +174,36 @@ MEMORY_BOUND = Setting(
     ini_type=float | str if TYPED_INI else str,
     metavar="SIZE",
 )
+
+
+def parse_results_path(value: object) -> Path:
+    """A file the results can be written to: a path that is not empty, not a folder, not under
+    a file, and whose nearest existing folder this process can create a file in (tried, so
+    that permissions, read-only mounts and root all answer truly)."""
+    text = as_text(value)
+    if not text.strip():
+        raise ValueError("must be a file path, got an empty one")
+    path = Path(text)
+    if path.is_dir():
+        raise ValueError(f"is a folder; give a file path such as {path / 'results.json'}")
+    folder = next(parent for parent in path.absolute().parents if parent.exists())
+    if not folder.is_dir():
+        raise ValueError(f"is under {folder}, which is a file, not a folder")
+    try:
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".cudagraph-probe-")
+    except OSError as error:
+        raise ValueError(f"cannot create a file in {folder}: {error.strerror or error}") from None
+    os.close(handle)
+    os.unlink(probe)
+    return path
+
+
 JSON = Setting(
     "json",
-    "write the session's cudagraph results (parity, memory, conformance, stack, skips) to "
-    "this JSON file",
+    "write the session's cudagraph results (each test's outcome, parity, memory, conformance, "
+    "stack, skips) to this JSON file; the file of an earlier run is removed when the session "
+    "starts",
+    parse=parse_results_path,
     metavar="PATH",
 )
 TARGET = Setting(

@@ -1,18 +1,19 @@
-"""Build the GPU run's markdown report from what scripts/gpu_suite.sh left in OUTDIR.
+"""Build the GPU run's Markdown report from what scripts/gpu_suite.sh left in OUTDIR.
 
-Reads each step's plugin results (``--cudagraph-json``: stack facts, parity and memory records,
-the conformance table, skips by reason), its JUnit XML (outcomes, failure messages and the
-figures tests recorded with ``record_property``), and bench.md when the benchmarks ran.
+Each step's results file (``STEP.json``, the plugin's ``--cudagraph-json``) is rendered by the
+plugin's own Markdown report (pytest_cudagraph.report_markdown): outcomes and failure reasons,
+the figures tests recorded with ``record_property``, parity, memory, the conformance table,
+skips. This script adds only what the results cannot know: the steps' exit codes (a step that
+died wrote no results), the command that ran, and the benchmarks' bench.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import xml.etree.ElementTree as ET
-from collections import Counter
 from pathlib import Path
+
+from pytest_cudagraph import report_markdown, results
 
 STEPS = (
     "tests",
@@ -28,135 +29,68 @@ STEPS = (
 SUITE_KNOBS = ("TEST_ARGS", "SKIP_BENCH", "BENCH_ARGS")
 
 
-def junit_outcomes(path: Path) -> dict:
-    """Counts, failures and recorded properties of one JUnit XML file."""
-    counts: Counter[str] = Counter()
-    failures: list[tuple[str, str]] = []
-    figures: list[tuple[str, str, str]] = []
-    for case in ET.parse(path).getroot().iter("testcase"):
-        name = f"{case.get('classname', '')}::{case.get('name', '')}"
-        skipped = case.find("skipped")
-        failed = case.find("failure")
-        if failed is None:
-            failed = case.find("error")
-        if skipped is not None:
-            counts["skipped"] += 1
-        elif failed is not None:
-            counts["failed"] += 1
-            failures.append((name, _one_line(failed.get("message", ""))))
-        else:
-            counts["passed"] += 1
-        for prop in case.iter("property"):
-            figures.append((name, prop.get("name", ""), prop.get("value", "")))
-    return {"counts": counts, "failures": failures, "figures": figures}
-
-
 def suite_command(label: str) -> str:
     """The gpu_suite.sh command line, with the knobs (environment) that changed what ran."""
     knobs = [f"{name}='{os.environ[name]}' " for name in SUITE_KNOBS if os.environ.get(name)]
     return "".join(knobs) + f"bash scripts/gpu_suite.sh $OUT {label}"
 
 
-def stack_lines(stack: dict) -> list[str]:
-    gpus = ", ".join(
-        f"{gpu['name']} ({gpu['total_bytes'] / 2**30:.0f} GiB)" for gpu in stack["gpus"]
-    )
-    return [
-        f"- GPUs: {gpus or 'none'}; driver {stack['driver'] or 'none'}",
-        f"- python {stack['python']}, torch {stack['torch']}, torch CUDA {stack['torch_cuda']}",
-    ]
+def step_exits(outdir: Path) -> dict[str, str]:
+    """Step -> its exit code, from gpu_suite.sh's exits.txt (lines "STEP exit CODE")."""
+    path = outdir / "exits.txt"
+    if not path.exists():
+        return {}
+    exits = {}
+    for line in path.read_text().splitlines():
+        step, _, code = line.partition(" exit ")
+        if code:
+            exits[step.strip()] = code.strip()
+    return exits
 
 
-def plugin_lines(results: dict) -> list[str]:
-    """The plugin's records of one step: parity, memory, conformance table, skips."""
-    out = []
-    pinned = results["pinned_stack"]
-    verdict = "matches" if pinned["running_matches"] else "; ".join(pinned["mismatches"])
-    out += [f"Pinned stack {pinned['pinned']}: {verdict}", ""]
-    parity = results["parity"]
-    if parity:
-        checked = sum(entry["checked"] for entry in parity)
-        passed = sum(entry["passed"] for entry in parity)
-        out += [f"Parity: {passed} of {checked} checked cases match", ""]
-    if results["memory"]:
-        out += ["| test | growth MiB | bound MiB | peak MiB | outside torch MiB |"]
-        out += ["| --- | --- | --- | --- | --- |"]
-        for v in results["memory"]:
-            out.append(
-                f"| `{v['nodeid']}` | {v['growth_mib']:+.1f} | {v['bound_mib']:g} | "
-                f"{v['peak_growth_mib']:+.1f} | {v['outside_torch_growth_mib']:+.1f} |"
-            )
-        out.append("")
-    table = results["conformance"]
-    if table:
-        out += [f"Conformance of `{table['target']}`:", ""]
-        out += ["| check | verdict | seconds | figure |", "| --- | --- | --- | --- |"]
-        for row in table["rows"]:
-            seconds = f"{row['seconds']:.1f}" if row["seconds"] is not None else "-"
-            detail = "; ".join(text for text in (row["figure"], row["reason"]) if text)
-            out.append(f"| {row['check']} | {row['verdict']} | {seconds} | {detail} |")
-        out.append("")
-    skips = results["skips"]["by_reason"]
-    if skips:
-        out += ["Skips by reason:", ""]
-        out += [f"- {entry['count']} x {entry['reason']}" for entry in skips]
-        out.append("")
-    return out
-
-
-def render(outdir: Path, label: str, commit: str, command: str | None = None) -> str:
-    results = {
-        step: json.loads((outdir / f"{step}.json").read_text())
-        for step in STEPS
-        if (outdir / f"{step}.json").exists()
-    }
-    out = [f"# GPU run: {label}", ""]
-    if results:
-        first = next(iter(results.values()))
-        out += [f"- date: {first['date']}", *stack_lines(first["stack"])]
-    out += [f"- tree: commit {commit}", f"- command: `{command or suite_command(label)}`", ""]
-    exits = outdir / "exits.txt"
-    if exits.exists():
-        out += ["Step exit codes: " + "; ".join(exits.read_text().split("\n")).strip("; "), ""]
+def render(outdir: Path, label: str, commit: str | None = None, command: str | None = None) -> str:
+    exits = step_exits(outdir)
+    documents: dict[str, dict[str, object]] = {}
+    problems: dict[str, str] = {}
     for step in STEPS:
-        xml = outdir / f"{step}.xml"
-        if not xml.exists():
-            continue
-        result = junit_outcomes(xml)
-        counts = result["counts"]
-        out += [
-            f"## {step}",
-            "",
-            f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped",
-            "",
-        ]
-        if result["failures"]:
-            out += ["Failures:", ""]
-            out += [f"- `{name}`: {message}" for name, message in result["failures"]]
-            out.append("")
-        if result["figures"]:
-            out += ["| test | figure | value |", "| --- | --- | --- |"]
-            out += [f"| `{n}` | {k} | {v} |" for n, k, v in result["figures"]]
-            out.append("")
-        if step in results:
-            out += plugin_lines(results[step])
+        path = outdir / f"{step}.json"
+        if path.exists():
+            try:
+                documents[step] = results.read_document(path)
+            except ValueError as error:
+                problems[step] = f"Results unreadable: {error}"
+        elif step in exits:
+            problems[step] = (
+                f"No results: the step exited {exits[step]} without writing {path.name}."
+            )
+    out = [f"# GPU run: {label}", ""]
+    if documents:
+        out += report_markdown.header_lines(next(iter(documents.values())), commit)
+    elif commit:
+        out.append(f"- commit: {commit}")
+    out += [f"- command: `{command or suite_command(label)}`", ""]
+    if exits:
+        out += ["Step exit codes: " + "; ".join(f"{s} {c}" for s, c in exits.items()), ""]
+    for step in STEPS:
+        if step in documents:
+            out += [f"## {step}", "", *report_markdown.body_lines(documents[step], level=3)]
+        elif step in problems:
+            out += [f"## {step}", "", problems[step], ""]
     bench = outdir / "bench.md"
     if bench.exists():
         out += ["## Benchmarks", "", bench.read_text()]
-    return "\n".join(out) + "\n"
-
-
-def _one_line(text: str) -> str:
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return first[:300]
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("outdir", type=Path)
     parser.add_argument("--label", default="gpu")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--commit", default="unknown", help="the commit of the tree that ran")
+    parser.add_argument(
+        "--commit",
+        help="the commit of the tree that ran (default: what the results say, from git)",
+    )
     parser.add_argument(
         "--command", help="what ran, where it was not gpu_suite.sh (default: its command line)"
     )

@@ -1,119 +1,156 @@
 """Show that conformance verdicts do not depend on what ran before: run the suite once in full
 and then each check alone, every run in its own pytest process with ``--cudagraph-json``, and
 compare. A verdict that changes, or a judged bounded-memory figure (peak, after reset) that
-moves by more than 32 MiB, is a difference: the table flags it and the exit code is 1. First
-use is shown, not compared: it is what the check's warm-up absorbs, so it depends on what ran
-before by design.
+moves by more than 32 MiB, is a difference: the table flags it and the exit code is 1. So is
+a run that proves nothing: one that wrote no results (it died), or whose results say it is
+partial (interrupted, stopped early). First use is shown, not compared: it is what the check's
+warm-up absorbs, so it depends on what ran before by design.
 
     python scripts/order_independence.py reasyn --out runs/reasyn --report order.md
     PYTHONPATH=tests/conformance python scripts/order_independence.py foreign:make_target \
         --skip worker_processes --skip device_binding
 
-The JSON results are the contract (docs/plugin.md, "JSON results"): nothing is read from the
-terminal output.
+The JSON results are the contract (docs/plugin.md, "JSON results"): the verdicts and the
+bounded-memory check's named values are read from them, nothing from the terminal output.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import subprocess
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from pytest_cudagraph import results
 
 MEMORY_CHECK = "bounded memory"
 MEMORY_TOLERANCE_MIB = 32.0
-# The figures of the bounded-memory row, e.g. "peak +350 MiB", "after reset +0 MiB",
-# "first use +12 MiB".
-MEMORY_FIGURES = {
-    name: re.compile(rf"{name} ([+-]?\d+(?:\.\d+)?) MiB")
-    for name in ("peak", "after reset", "first use")
-}
-# The figures the check judges; first use is the warm-up's, order-dependent by design.
-JUDGED_FIGURES = ("peak", "after reset")
+# The bounded-memory check's values (record_figure in test_09_bounded_memory.py) the check
+# judges, by their names in the row's ``values``, and how the report names them.
+JUDGED_VALUES = {"peak_mib": "peak", "after_reset_mib": "after reset"}
+# Shown too: first use is the warm-up's, order-dependent by design.
+SHOWN_VALUES = {**JUDGED_VALUES, "first_use_mib": "first use"}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One pytest run of the suite, as its results file tells it (``document`` is None where
+    it left none; ``missing`` says why)."""
+
+    document: Mapping[str, Any] | None
+    missing: str = "wrote no results"
+
+    def problem(self) -> str | None:
+        """Why this run proves nothing (no results, or partial ones), or None."""
+        if self.document is None:
+            return self.missing
+        session = self.document.get("session")
+        if not session:
+            return "left results that do not say how the session ended"
+        if not session["complete"]:
+            return f"is partial ({session['stopped'] or session['exit']})"
+        return None
+
+    def rows(self) -> dict[str, Mapping[str, Any]]:
+        """check name -> its row of the conformance table."""
+        table = self.document.get("conformance") if self.document is not None else None
+        return {row["check"]: row for row in table["rows"]} if table else {}
+
+
+def load_run(path: Path, exit_code: int | None = None) -> Run:
+    """The run whose results are ``path`` (``exit_code``: its pytest process's, if known)."""
+    if not path.is_file():
+        code = "" if exit_code is None else f" (pytest exited {exit_code})"
+        return Run(None, f"wrote no results to {path.name}{code}")
+    try:
+        return Run(results.read_document(path))
+    except (OSError, ValueError) as error:
+        return Run(None, f"left results that cannot be read: {error}")
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """One check, alone and in the full suite."""
+    """One check, alone and in the full suite; a run that proves nothing is a difference."""
 
     check: str
     alone: str
     full: str
     alone_memory: Mapping[str, float | None] | None = None
     full_memory: Mapping[str, float | None] | None = None
+    alone_problem: str | None = None
+    full_problem: str | None = None
 
     def differences(self) -> list[str]:
         found = []
+        if self.alone_problem is not None:
+            found.append(f"the run alone {self.alone_problem}")
+        if self.full_problem is not None:
+            found.append(f"the full run {self.full_problem}")
         if self.alone != self.full:
             found.append(f"verdict {self.alone} alone, {self.full} in the full suite")
         if self.alone_memory is not None and self.full_memory is not None:
-            for name in JUDGED_FIGURES:
+            for name, shown in JUDGED_VALUES.items():
                 alone, full = self.alone_memory.get(name), self.full_memory.get(name)
                 if alone is None or full is None:
                     continue
                 if abs(alone - full) > MEMORY_TOLERANCE_MIB:
                     found.append(
-                        f"{name} {alone:+.0f} MiB alone, {full:+.0f} MiB in the full suite "
+                        f"{shown} {alone:+.0f} MiB alone, {full:+.0f} MiB in the full suite "
                         f"(more than {MEMORY_TOLERANCE_MIB:g} MiB apart)"
                     )
         return found
 
 
-def conformance_rows(document: Mapping[str, object]) -> dict[str, Mapping[str, object]]:
-    """check name -> its row, from one ``--cudagraph-json`` document."""
-    if document.get("format") != 2:
-        raise ValueError(f"results document of format {document.get('format')!r}; expected 2")
-    conformance = document.get("conformance")
-    if not conformance:
-        return {}
-    return {row["check"]: row for row in conformance["rows"]}
-
-
-def memory_figures(figure: str) -> dict[str, float | None]:
-    """The bounded-memory row's figures in MiB (None where the figure does not give one)."""
-    found = {}
-    for name, pattern in MEMORY_FIGURES.items():
-        match = pattern.search(figure)
-        found[name] = float(match.group(1)) if match else None
-    return found
+def memory_values(row: Mapping[str, Any]) -> dict[str, float | None]:
+    """The bounded-memory row's values in MiB (None where the row does not give one)."""
+    values = row.get("values") or {}
+    return {name: values.get(name) for name in SHOWN_VALUES}
 
 
 def compare(
-    full: Mapping[str, object],
-    alone: Mapping[str, Mapping[str, object]],
-    checks: Collection[str] | None = None,
+    full: Run, alone: Mapping[str, Run], checks: Collection[str] | None = None
 ) -> list[Comparison]:
     """Each check of the full run (or those of ``checks``) against its run alone (``alone``:
-    check -> document)."""
-    full_rows = conformance_rows(full)
+    check -> run)."""
     comparisons = []
-    for check, full_row in full_rows.items():
+    for check, full_row in full.rows().items():
         if checks is not None and check not in checks:
             continue
-        alone_row = conformance_rows(alone[check]).get(check) if check in alone else None
+        run = alone.get(check, Run(None, "was not run"))
+        alone_row = run.rows().get(check)
         alone_verdict = str(alone_row["verdict"]) if alone_row else "not run"
         memory = {}
         if check == MEMORY_CHECK and alone_row is not None:
             memory = {
-                "alone_memory": memory_figures(str(alone_row["figure"])),
-                "full_memory": memory_figures(str(full_row["figure"])),
+                "alone_memory": memory_values(alone_row),
+                "full_memory": memory_values(full_row),
             }
-        comparisons.append(Comparison(check, alone_verdict, str(full_row["verdict"]), **memory))
+        comparisons.append(
+            Comparison(
+                check,
+                alone_verdict,
+                str(full_row["verdict"]),
+                alone_problem=run.problem(),
+                full_problem=full.problem(),
+                **memory,
+            )
+        )
     return comparisons
 
 
 def markdown(target: str, comparisons: Sequence[Comparison]) -> str:
     """The report: one row per check, differences flagged."""
 
-    def mib(figures: Mapping[str, float | None] | None) -> str:
-        if figures is None:
+    def mib(values: Mapping[str, float | None] | None) -> str:
+        if values is None:
             return ""
         return ", ".join(
-            f"{name} {value:+.0f}" for name, value in figures.items() if value is not None
+            f"{SHOWN_VALUES[name]} {value:+.0f}"
+            for name, value in values.items()
+            if value is not None
         )
 
     lines = [
@@ -137,7 +174,7 @@ def markdown(target: str, comparisons: Sequence[Comparison]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_suite(target: str, json_path: Path, select: str | None, extra: Sequence[str]) -> None:
+def run_suite(target: str, json_path: Path, select: str | None, extra: Sequence[str]) -> Run:
     """One run of the suite in a fresh process; its verdicts are in ``json_path``."""
     command = [
         sys.executable,
@@ -155,9 +192,8 @@ def run_suite(target: str, json_path: Path, select: str | None, extra: Sequence[
         *extra,
     ]
     print("$", " ".join(command), flush=True)
-    subprocess.run(command, check=False)  # failing checks are what is compared
-    if not json_path.is_file():
-        raise RuntimeError(f"the run wrote no results to {json_path}: {' '.join(command)}")
+    finished = subprocess.run(command, check=False)  # failing checks are what is compared
+    return load_run(json_path, finished.returncode)
 
 
 def function_name(check: str) -> str:
@@ -199,16 +235,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     left_out = " and ".join(f"not test_{name}" for name in args.skip) or None
     full_path = args.out / "full.json"
-    if not (args.reuse_full and full_path.is_file()):
-        run_suite(args.target, full_path, left_out, pytest_args)
-    full = json.loads(full_path.read_text())
+    if args.reuse_full and full_path.is_file():
+        full = load_run(full_path)
+    else:
+        full = run_suite(args.target, full_path, left_out, pytest_args)
+    if not full.rows():
+        print(f"nothing to compare: the full run {full.problem() or 'ran no check'}")
+        return 1
     only = {f"test_{name}" for name in args.only}
-    checks = [c for c in conformance_rows(full) if not only or function_name(c) in only]
+    checks = [c for c in full.rows() if not only or function_name(c) in only]
     alone = {}
     for check in checks:
         path = args.out / f"alone-{function_name(check)}.json"
-        run_suite(args.target, path, function_name(check), pytest_args)
-        alone[check] = json.loads(path.read_text())
+        alone[check] = run_suite(args.target, path, function_name(check), pytest_args)
     comparisons = compare(full, alone, checks)
     report = markdown(args.target, comparisons)
     print(report)

@@ -1,17 +1,18 @@
 """Local to the conformance suite: each check labelled for the table, the target in a clean
-state, and figures for the table. The session's target itself is the conformance plugin's
+state, and figures (text and named numbers) for the table. The session's target itself is the conformance plugin's
 ``conformance_target`` fixture (pytest_cudagraph.conformance.suite)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
 from pytest_cudagraph import results
-from pytest_cudagraph.conformance.suite import CHECK_PROPERTY
+from pytest_cudagraph.conformance import suite
 from pytest_cudagraph.conformance.support import forget_last_failure, lock_was_held
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 
@@ -24,7 +25,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.parent == SUITE and isinstance(item, pytest.Function):
             name = item.originalname.removeprefix("test_").replace("_", " ")
-            item.user_properties.append((CHECK_PROPERTY, name))
+            results.record(item, suite.CHECK, name)
 
 
 @pytest.fixture
@@ -60,10 +61,7 @@ def fail_held_lock(when: str) -> None:
 
 
 @pytest.fixture
-def record_figure(request: pytest.FixtureRequest) -> Callable[[str], None]:
-    """Record the figure behind this check's verdict for the summary table."""
-
-    def record(figure: str) -> None:
-        results.record(request.node, "conformance", figure)
-
-    return record
+def record_figure(request: pytest.FixtureRequest) -> suite.FigureRecorder:
+    """Record the figure behind this check's verdict for the table: its text, and the numbers
+    behind it by name (``record_figure(text, peak_mib=...)``), which scripts read."""
+    return functools.partial(suite.record_figure, request.node)

@@ -2,20 +2,22 @@
 session's target, chosen once, the ``conformance_target`` fixture, and the conformance table.
 
 The table has one row per check with its verdict, the seconds its body took and the figure
-behind it (cases, max |diff|, MiB), or why it skipped or failed. Rows are built from test
-reports, so under xdist they are built in the controller from what the workers sent: the
-suite's conftest labels each check (``CHECK_PROPERTY``) and a check records its figure with
-``results.record(item, "conformance", text)``; both travel in the report's ``user_properties``.
-Like the core plugin, this one runs in every session and imports torch only when the suite's
-target is built.
+behind it, as text (cases, max |diff|, MiB) and as named numbers (``values``), or why it
+skipped or failed. Rows are built from test reports, so under xdist they are built in the
+controller from what the workers sent: the suite's conftest labels each check (a ``check``
+record) and a check records its figure with ``record_figure`` (a ``conformance`` record); both
+travel in the report's ``user_properties``. A check run twice in a session keeps the verdict
+pytest would give it: once failed, failed. Like the core plugin, this one runs in every session
+and imports torch only when the suite's target is built.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
@@ -25,8 +27,9 @@ from pytest_cudagraph.conformance import target
 if TYPE_CHECKING:
     from pytest_cudagraph.conformance.target import CudaGraphTarget
 
-CHECK_PROPERTY = results.RECORD_PREFIX + "check"  # the check's name, on each of its reports
-FIGURE_PROPERTY = results.RECORD_PREFIX + "conformance"
+CHECK = "check"  # the record kind of a check's name, on each of its reports
+FIGURE = "conformance"  # the record kind of a check's figure
+TABLE = "conformance"  # the table's section name (its key in the JSON)
 FAILED = ("FAILED", "ERROR")
 TARGET_SPEC = pytest.StashKey[str | None]()
 
@@ -41,7 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[TARGET_SPEC] = spec
     table = ConformanceTable(spec)
     config.pluginmanager.register(table, "cudagraph-conformance-table")
-    results.add_section(config, results.Section("conformance", table.data, table.lines))
+    results.add_section(config, results.Section(TABLE, table.data, table.lines))
 
 
 def chosen_target_spec(config: pytest.Config) -> str | None:
@@ -57,6 +60,25 @@ def conformance_target(request: pytest.FixtureRequest) -> CudaGraphTarget:
     return target.session_target(request, chosen_target_spec(request.config))
 
 
+class FigureRecorder(Protocol):
+    """The ``record_figure`` fixture: ``record_figure(text, **values)``."""
+
+    def __call__(self, figure: str, /, **values: float) -> None: ...
+
+
+def record_figure(item: pytest.Item, figure: str, /, **values: float) -> None:
+    """Record the figure behind a check's verdict: ``figure`` for people, ``values`` (finite
+    numbers by name, e.g. ``peak_mib=350.0``) for scripts. A later call replaces it."""
+    if not isinstance(figure, str):
+        raise TypeError(f"record_figure: the figure must be text, got {figure!r}")
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"record_figure: {name} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"record_figure: {name} must be finite, got {value!r}")
+    results.record(item, FIGURE, {"figure": figure, "values": dict(values)})
+
+
 @dataclass
 class CheckRow:
     check: str
@@ -64,6 +86,25 @@ class CheckRow:
     seconds: float | None = None
     figure: str = ""
     reason: str = ""
+    values: dict[str, float] = field(default_factory=dict)
+
+    def take(self, report: pytest.TestReport, figure: Mapping[str, Any] | None) -> None:
+        """Fold in one report of the check. Once failed, a row stays as it failed (as pytest
+        counts a failure of a test run twice); a pass outranks a skip."""
+        if self.verdict in FAILED:
+            return
+        if figure is not None:
+            self.figure, self.values = str(figure["figure"]), dict(figure["values"])
+        if report.when == "call":
+            self.seconds = report.duration
+        if report.failed:
+            self.verdict = "FAILED" if report.when == "call" else "ERROR"
+            self.reason = results.failure_line(report)
+        elif report.skipped and self.verdict != "passed":
+            self.verdict = "skipped"
+            self.reason = results.reason_of(report)
+        elif report.passed and report.when == "call":
+            self.verdict, self.reason = "passed", ""
 
 
 class ConformanceTable:
@@ -74,24 +115,13 @@ class ConformanceTable:
         self.rows: dict[str, CheckRow] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        properties = dict(report.user_properties)
-        name = properties.get(CHECK_PROPERTY)
+        recorded = dict(results.plugin_values(report.user_properties))
+        name = recorded.get(CHECK)
         if name is None:
             return
         row = self.rows.setdefault(f"{report.location[0]}::{name}", CheckRow(str(name)))
-        if FIGURE_PROPERTY in properties:
-            row.figure = str(properties[FIGURE_PROPERTY])
-        if report.when == "call":
-            row.seconds = report.duration
-        if report.failed:
-            if row.verdict not in FAILED:  # the first failure is the one to show
-                row.verdict = "FAILED" if report.when == "call" else "ERROR"
-                row.reason = _failure_line(report)
-        elif report.skipped:
-            row.verdict = "skipped"
-            row.reason = results.skip_reason(report) or str(report.longrepr)
-        elif report.when == "call":
-            row.verdict = "passed"
+        figure = recorded.get(FIGURE)
+        row.take(report, figure if isinstance(figure, dict) else None)
 
     def target_name(self) -> str:
         """The target's name or spec, as the table and the JSON results show it."""
@@ -107,6 +137,7 @@ class ConformanceTable:
     def lines(self, data: object) -> list[str]:
         if data is None:
             return []
+        assert isinstance(data, Mapping)
         rows = [CheckRow(**row) for row in data["rows"]]
         counts = Counter("failed" if row.verdict in FAILED else row.verdict for row in rows)
         tally = ", ".join(f"{count} {verdict}" for verdict, count in sorted(counts.items()))
@@ -122,10 +153,3 @@ def format_table(rows: Sequence[CheckRow]) -> list[str]:
         detail = "; ".join(text for text in (row.figure, row.reason) if text)
         lines.append(f"  {row.check:<{width}}  {row.verdict:<7}  {seconds}  {detail}")
     return lines
-
-
-def _failure_line(report: pytest.TestReport) -> str:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    message = crash.message if crash is not None else str(report.longrepr)
-    first = message.strip().splitlines()[0] if message.strip() else ""
-    return first[:200]

@@ -14,10 +14,9 @@ reset.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.conformance.support import draw, skip_without
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.memory import DeviceMemoryProbe
@@ -35,7 +34,7 @@ SLACK_MIB = 256
 def test_bounded_memory(
     target: CudaGraphTarget,
     device_memory: DeviceMemoryProbe,
-    record_figure: Callable[[str], None],
+    record_figure: FigureRecorder,
 ) -> None:
     skip_without(target, "capacity", "largest_case", "reset")
     if target.num_keys < SHAPES:
@@ -67,7 +66,12 @@ def test_bounded_memory(
         f"{SHAPES} shapes, capacity {target.capacity}: peak +{peak / MiB:.0f} MiB of bound "
         f"{bound / MiB:.0f} MiB (largest graph {largest / MiB:.0f} MiB); "
         f"after reset {after_reset / MiB:+.0f} MiB; first use {first_use / MiB:+.0f} MiB "
-        "(warm-up, not judged)"
+        "(warm-up, not judged)",
+        peak_mib=peak / MiB,
+        bound_mib=bound / MiB,
+        largest_graph_mib=largest / MiB,
+        after_reset_mib=after_reset / MiB,
+        first_use_mib=first_use / MiB,
     )
     assert peak <= bound, (
         f"memory grew to +{peak / MiB:.0f} MiB over {SHAPES} shapes, past the bound of "

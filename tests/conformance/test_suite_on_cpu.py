@@ -2,21 +2,21 @@
 and pass, the rest skip saying CUDA is missing, the run exits 0 and the table says all of it.
 CUDA is hidden from the run (CUDA_VISIBLE_DEVICES=""), so this holds on a GPU host too.
 
-Also the table itself (pure functions) and what a user sees for a bad target spec."""
+Also the table itself (its rows from reports, as pure functions; a check run twice; a set-up
+error), the figures' named values, and what a user sees for a bad target spec."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
+from results_schema import assert_valid_results
 from suite_runner import table_verdicts
 
-from pytest_cudagraph.conformance.suite import (
-    CHECK_PROPERTY,
-    CheckRow,
-    ConformanceTable,
-    format_table,
-)
+from pytest_cudagraph import results
+from pytest_cudagraph.conformance import suite
+from pytest_cudagraph.conformance.suite import CheckRow, ConformanceTable, format_table
 
 CPU_CHECKS = {"target contract", "guards", "worker refusal"}
 GPU_CHECKS = {
@@ -163,7 +163,7 @@ def make_report(
     when: str, outcome: str, longrepr: object = None, **extra: object
 ) -> pytest.TestReport:
     location = ("pytest_cudagraph/conformance/test_08_lock_safety.py", 20, "test_lock_safety")
-    label = (CHECK_PROPERTY, "lock safety")
+    label = results.envelope(suite.CHECK, "lock safety")
     extra["user_properties"] = [label, *extra.get("user_properties", [])]
     return pytest.TestReport(
         "test_08_lock_safety.py::test_lock_safety",
@@ -178,7 +178,7 @@ def make_report(
 
 def test_a_row_keeps_the_figure_and_the_first_failure() -> None:
     summary = ConformanceTable("mine:make")
-    figure = [("cudagraph_conformance", "faults at warm_up: lock, next call checked")]
+    figure = [figure_entry("faults at warm_up: lock, next call checked")]
     summary.pytest_runtest_logreport(make_report("setup", "passed"))
     summary.pytest_runtest_logreport(
         make_report(
@@ -202,3 +202,152 @@ def test_a_row_keeps_the_figure_and_the_first_failure() -> None:
         )
     )
     assert len(summary.rows) == 1
+
+
+def figure_entry(text: str, **values: float) -> tuple[str, object]:
+    """The ``user_properties`` entry ``record_figure(text, **values)`` makes."""
+    return results.envelope(suite.FIGURE, {"figure": text, "values": values})
+
+
+def test_a_later_pass_never_overwrites_a_failure() -> None:
+    """A check run twice (--keep-duplicates, a rerun plugin): once failed, failed, with the
+    failing run's figure and reason, as pytest counts it."""
+    table = ConformanceTable("mine:make")
+    failing = [figure_entry("2 of 3 modes refused", refused=2)]
+    table.pytest_runtest_logreport(make_report("setup", "passed"))
+    table.pytest_runtest_logreport(
+        make_report(
+            "call", "failed", "AssertionError: accepted", duration=2.0, user_properties=failing
+        )
+    )
+    table.pytest_runtest_logreport(make_report("teardown", "passed"))
+    passing = [figure_entry("3 of 3 modes refused", refused=3)]
+    for when in ("setup", "call", "teardown"):
+        table.pytest_runtest_logreport(
+            make_report(when, "passed", duration=1.0, user_properties=passing)
+        )
+    [row] = table.data()["rows"]
+    assert row == {
+        "check": "lock safety",
+        "verdict": "FAILED",
+        "seconds": 2.0,
+        "figure": "2 of 3 modes refused",
+        "values": {"refused": 2},
+        "reason": "AssertionError: accepted",
+    }
+
+
+def test_an_error_at_set_up_is_an_error_row_with_its_reason() -> None:
+    table = ConformanceTable("mine:make")
+    table.pytest_runtest_logreport(
+        make_report("setup", "failed", "Failed: the target's lock was held before this check")
+    )
+    table.pytest_runtest_logreport(make_report("teardown", "passed"))
+    [row] = table.data()["rows"]
+    assert (row["verdict"], row["seconds"], row["reason"]) == (
+        "ERROR",
+        None,
+        "Failed: the target's lock was held before this check",
+    )
+    assert table.lines(table.data())[0] == "conformance of mine:make (1 failed):"
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "verdict"),
+    [("skipped", "passed", "passed"), ("passed", "skipped", "passed")],
+)
+def test_a_pass_outranks_a_skip(first: str, second: str, verdict: str) -> None:
+    table = ConformanceTable("mine:make")
+    for outcome in (first, second):
+        when = "setup" if outcome == "skipped" else "call"
+        longrepr = ("x.py", 1, "Skipped: needs CUDA") if outcome == "skipped" else None
+        table.pytest_runtest_logreport(make_report(when, outcome, longrepr))
+    [row] = table.data()["rows"]
+    assert (row["verdict"], row["reason"]) == (verdict, "")
+
+
+@pytest.mark.parametrize(
+    ("figure", "values", "error", "message"),
+    [
+        (3, {}, TypeError, "the figure must be text, got 3"),
+        ("x", {"peak_mib": "350"}, TypeError, "peak_mib must be a number, got '350'"),
+        ("x", {"ok": True}, TypeError, "ok must be a number, got True"),
+        ("x", {"peak_mib": float("nan")}, ValueError, "peak_mib must be finite, got nan"),
+    ],
+)
+def test_record_figure_takes_text_and_finite_numbers(
+    pytester: pytest.Pytester, figure: object, values: dict, error: type, message: str
+) -> None:
+    item = pytester.getitem("def test_func(): pass")
+    with pytest.raises(error, match=f"^record_figure: {message}$"):
+        suite.record_figure(item, figure, **values)
+    assert item.user_properties == []
+    suite.record_figure(item, "24 shapes", peak_mib=350.5, shapes=24)
+    assert results.plugin_values(item.user_properties) == [
+        (suite.FIGURE, {"figure": "24 shapes", "values": {"peak_mib": 350.5, "shapes": 24}})
+    ]
+
+
+FLAKY_GUARD_TARGET = """
+import dataclasses
+
+from reasyn_ref.targets.reference import make_target as reference
+
+calls = []
+
+
+def refuses_from_the_second_call():
+    calls.append(1)
+    if len(calls) > 1:
+        raise ValueError("refused: not supported")
+
+
+def make(device):
+    modes = {"flaky": (refuses_from_the_second_call, "refused")}
+    return dataclasses.replace(reference(device), unsupported_modes=modes)
+"""
+
+
+def test_a_check_run_twice_that_failed_once_stays_failed(
+    run_on_cpu: Callable[..., pytest.RunResult], pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile(flaky_guard=FLAKY_GUARD_TARGET)
+    result = run_on_cpu(
+        "pytest_cudagraph.conformance.test_07_guards",
+        "--keep-duplicates",
+        "-k",
+        "guards",
+        "--cudagraph-target",
+        "flaky_guard:make",
+        "--cudagraph-json=results.json",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    assert table_verdicts(result) == {"guards": "FAILED"}
+    document = json.loads((pytester.path / "results.json").read_text())
+    assert_valid_results(document)
+    [row] = document["conformance"]["rows"]
+    assert (row["verdict"], row["figure"], row["values"]) == (
+        "FAILED",
+        "0 of 1 unsupported modes refused clearly",
+        {},
+    )
+    assert [entry["outcome"] for entry in document["tests"]] == ["failed", "passed"]
+
+
+def test_a_check_that_errors_at_set_up_is_an_error_row(
+    run_on_cpu: Callable[..., pytest.RunResult], pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile(unbuildable="def make(device):\n    raise RuntimeError('no weights')\n")
+    result = run_on_cpu(
+        "-k",
+        "target or guards",
+        "--cudagraph-target",
+        "unbuildable:make",
+        "--cudagraph-json=r.json",
+    )
+    document = json.loads((pytester.path / "r.json").read_text())
+    assert_valid_results(document)
+    first = document["conformance"]["rows"][0]
+    assert first["verdict"] == "ERROR", result.stdout.str()
+    assert "conformance target 'unbuildable:make': " in first["reason"]
+    assert first["reason"].endswith("no weights")

@@ -1,12 +1,20 @@
-"""The report header and the "cudagraph" terminal summary."""
+"""The report header, the records (what the plugin wrote, never a user's value), the sections
+built from them (each test's runs, the skips) and the "cudagraph" terminal summary."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
+import textwrap
 from functools import partial
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from results_schema import assert_valid_results
 
 from pytest_cudagraph import results
 from pytest_cudagraph.engines.devices import DeviceBinding, GpuInfo, StrayCheck
@@ -112,6 +120,31 @@ def test_the_pinned_stack_line_appears_only_with_pinned_tests(pytester: pytest.P
     result.stdout.fnmatch_lines(["cudagraph: 2 pinned_stack test(s) * they run anyway *"])
 
 
+def make_report(
+    nodeid: str,
+    when: str,
+    outcome: str,
+    longrepr: object = None,
+    *,
+    properties: list[Any] | None = None,
+    **extra: object,
+) -> pytest.TestReport:
+    """A test report as pytest (or an xdist worker, through ``extra``) makes it."""
+    location = (nodeid.split("::")[0], 1, nodeid.split("::")[-1])
+    return pytest.TestReport(
+        nodeid, location, {}, outcome, longrepr, when, user_properties=properties or [], **extra
+    )
+
+
+def skip_report(nodeid: str, reason: str, uses_plugin: bool = True) -> pytest.TestReport:
+    extra = {results.USES_PLUGIN: True} if uses_plugin else {}
+    return make_report(nodeid, "setup", "skipped", ("t.py", 3, f"Skipped: {reason}"), **extra)
+
+
+def records_of(*reports: pytest.TestReport) -> list[results.Record]:
+    return [record for report in reports for record in results.records_from(report)]
+
+
 def test_summary_lines_from_records() -> None:
     records = [
         results.Record("parity", "t.py::a", {"form": "cases", "checked": 8, "passed": 8}),
@@ -130,9 +163,12 @@ def test_summary_lines_from_records() -> None:
                 "passed": True,
             },
         ),
-        results.Record("skip", "t.py::d", "needs CUDA"),
-        results.Record("skip", "t.py::e", "pinned stack not running: x"),
-        results.Record("skip", "t.py::f", "needs CUDA"),
+        *records_of(
+            skip_report("t.py::d", "needs CUDA"),
+            skip_report("t.py::e", "pinned stack not running: x"),
+            skip_report("t.py::f", "needs CUDA"),
+            skip_report("t.py::g", "the user's own skip", uses_plugin=False),
+        ),
     ]
     sections = [
         results.Section(
@@ -158,6 +194,265 @@ def test_summary_lines_from_records() -> None:
 
 def test_summary_is_empty_without_records_or_checks() -> None:
     assert results.summary_lines([results.SKIPS], []) == []
+
+
+def test_the_skip_total_counts_skips_not_reasons() -> None:
+    """Two skips of one reason are two; a user's own skip, an xfail and a pass are none."""
+    xfail = make_report("t.py::x", "call", "skipped", "AssertionError", wasxfail="known")
+    setattr(xfail, results.USES_PLUGIN, True)
+    records = records_of(
+        skip_report("t.py::a", "needs CUDA"),
+        skip_report("t.py::b", "needs CUDA"),
+        skip_report("t.py::c", "needs 2 GPUs"),
+        skip_report("t.py::d", "not today", uses_plugin=False),
+        xfail,
+        make_report("t.py::e", "call", "passed", **{results.USES_PLUGIN: True}),
+    )
+    assert results.skips_data(records) == {
+        "total": 3,
+        "by_reason": [{"reason": "needs CUDA", "count": 2}, {"reason": "needs 2 GPUs", "count": 1}],
+    }
+
+
+def test_records_are_only_what_the_plugin_wrote() -> None:
+    """A user's ``record_property`` under our prefix is the user's: kept among the test's own
+    properties, never read as a record (it used to crash the summary)."""
+    item_properties: list[Any] = [
+        ("cudagraph_memory", 5),
+        ("cudagraph_parity", {"form": "cases"}),
+        ("cudagraph_phase", {results.ENVELOPE: {"forged": True}}),
+        ("speed", 1.5),
+        "not a pair",
+    ]
+    item_properties.append(results.envelope("parity", {"form": "cases", "checked": 2}))
+    report = make_report("t.py::a", "call", "passed", properties=item_properties)
+    *recorded, phase = results.records_from(report)
+    assert recorded == [results.Record("parity", "t.py::a", {"form": "cases", "checked": 2})]
+    assert phase.kind == results.PHASE
+    assert phase.value["properties"] == [
+        ["cudagraph_memory", 5],
+        ["cudagraph_parity", {"form": "cases"}],
+        ["cudagraph_phase", {results.ENVELOPE: {"forged": True}}],
+        ["speed", 1.5],
+        [None, "not a pair"],
+    ]
+    # Records come from the call's report only: set-up and teardown hold the same list.
+    teardown = make_report("t.py::a", "teardown", "passed", properties=item_properties)
+    assert [record.kind for record in results.records_from(teardown)] == [results.PHASE]
+
+
+@pytest.mark.parametrize(
+    ("kind", "error", "message"),
+    [
+        (3, TypeError, "a record's kind must be a string, got 3"),
+        ("", ValueError, "must be a non-empty name other than 'phase'"),
+        ("phase", ValueError, "must be a non-empty name other than 'phase'"),
+    ],
+)
+def test_a_record_needs_a_kind_of_its_own(kind: object, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        results.envelope(kind, 1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["tests", "skips", "stray_contexts", "format", "session"])
+def test_a_section_cannot_take_a_name_the_document_keeps(
+    pytester: pytest.Pytester, name: str
+) -> None:
+    config = pytester.parseconfig()
+    with pytest.raises(ValueError, match=f"{name!r} is a name the results document keeps"):
+        results.add_section(config, results.Section(name, lambda records: None))
+
+
+def run_of(*reports: pytest.TestReport) -> list[dict[str, object]]:
+    return results.tests_data(records_of(*reports))
+
+
+def test_each_run_of_a_test_is_one_entry_and_its_first_failure_stands() -> None:
+    failed = make_report("t.py::a", "call", "failed", "AssertionError: 1 != 2\nmore")
+    entries = run_of(
+        make_report("t.py::a", "setup", "passed", duration=0.5),
+        make_report("t.py::a", "call", "failed", "AssertionError: 1 != 2\nmore", duration=1.0),
+        make_report("t.py::a", "teardown", "failed", "lock held", duration=0.25),
+        # The same test again (--keep-duplicates, a rerun plugin): a run of its own.
+        make_report("t.py::a", "setup", "passed"),
+        make_report("t.py::a", "call", "passed", properties=[("speed", 2)]),
+        make_report("t.py::a", "teardown", "passed", properties=[("speed", 2)]),
+    )
+    assert results.failure_line(failed) == "AssertionError: 1 != 2"
+    assert entries == [
+        {
+            "nodeid": "t.py::a",
+            "outcome": "failed",
+            "when": "call",
+            "duration": 1.75,
+            "reason": "AssertionError: 1 != 2",
+            "properties": [],
+        },
+        {
+            "nodeid": "t.py::a",
+            "outcome": "passed",
+            "when": "call",
+            "duration": 0.0,
+            "reason": "",
+            "properties": [["speed", 2]],
+        },
+    ]
+
+
+@pytest.mark.parametrize(
+    ("reports", "outcome", "when", "reason"),
+    [
+        (
+            [("setup", "failed", "fixture broke"), ("teardown", "passed", None)],
+            "error",
+            "setup",
+            "fixture broke",
+        ),
+        (
+            [
+                ("setup", "passed", None),
+                ("call", "passed", None),
+                ("teardown", "failed", "left a lock"),
+            ],
+            "error",
+            "teardown",
+            "left a lock",
+        ),
+        (
+            [
+                ("setup", "skipped", ("t.py", 1, "Skipped: needs CUDA")),
+                ("teardown", "passed", None),
+            ],
+            "skipped",
+            "setup",
+            "needs CUDA",
+        ),
+        ([("setup", "passed", None), ("call", "rerun", "flaky")], "rerun", "call", "flaky"),
+        ([("setup", "passed", None)], "unfinished", "setup", ""),
+    ],
+    ids=["set-up error", "teardown error", "skip", "rerun", "interrupted"],
+)
+def test_the_phase_that_decides_a_run(
+    reports: list[tuple[str, str, object]], outcome: str, when: str, reason: str
+) -> None:
+    [entry] = run_of(*(make_report("t.py::a", *report) for report in reports))
+    assert (entry["outcome"], entry["when"], entry["reason"]) == (outcome, when, reason)
+
+
+def test_runs_on_two_xdist_workers_interleave_without_mixing() -> None:
+    def phases(worker: str, outcome: str) -> list[pytest.TestReport]:
+        return [
+            make_report(
+                "t.py::a", when, result, "boom" if result == "failed" else None, worker_id=worker
+            )
+            for when, result in (("setup", "passed"), ("call", outcome), ("teardown", "passed"))
+        ]
+
+    gw0, gw1 = phases("gw0", "failed"), phases("gw1", "passed")
+    entries = run_of(gw0[0], gw1[0], gw1[1], gw0[1], gw0[2], gw1[2])
+    assert [entry["outcome"] for entry in entries] == ["failed", "passed"]
+
+
+def test_xfail_and_xpass_say_so() -> None:
+    xfailed = make_report("t.py::a", "call", "skipped", "AssertionError", wasxfail="known bug")
+    xpassed = make_report("t.py::b", "call", "passed", wasxfail="known bug")
+    assert [(e["outcome"], e["reason"]) for e in run_of(xfailed, xpassed)] == [
+        ("xfailed", "known bug"),
+        ("xpassed", "known bug"),
+    ]
+
+
+def test_a_collection_error_is_an_entry_and_a_passing_collection_none() -> None:
+    failed = pytest.CollectReport("t.py", "failed", "ImportError: no module x\nmore", [])
+    collected = pytest.CollectReport("u.py", "passed", None, [])
+    assert run_of(failed, collected) == [
+        {
+            "nodeid": "t.py",
+            "outcome": "error",
+            "when": "collect",
+            "duration": 0.0,
+            "reason": "ImportError: no module x",
+            "properties": [],
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "stopped", "exit", "complete"),
+    [
+        (pytest.ExitCode.OK, None, "OK", True),
+        (pytest.ExitCode.TESTS_FAILED, None, "TESTS_FAILED", True),
+        (pytest.ExitCode.NO_TESTS_COLLECTED, None, "NO_TESTS_COLLECTED", True),
+        (pytest.ExitCode.TESTS_FAILED, "stopping after 1 failures", "TESTS_FAILED", False),
+        (pytest.ExitCode.INTERRUPTED, "KeyboardInterrupt", "INTERRUPTED", False),
+        (pytest.ExitCode.INTERNAL_ERROR, None, "INTERNAL_ERROR", False),
+        (17, None, "17", False),
+    ],
+)
+def test_how_a_session_ended(status: int, stopped: str | None, exit: str, complete: bool) -> None:
+    assert results.session_end(status, stopped) == results.SessionEnd(
+        int(status), exit, complete, stopped
+    )
+
+
+def test_the_json_is_strict_whatever_the_values(tmp_path: Path) -> None:
+    document = {"a": [float("nan"), float("inf"), -float("inf"), 1.5, (1, 2)], "b": {3: object}}
+    path = tmp_path / "deep" / "r.json"
+    results.write_json(path, document)
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not strict JSON: {constant}")
+
+    assert json.loads(path.read_text(), parse_constant=refuse) == {
+        "a": ["nan", "inf", "-inf", 1.5, [1, 2]],
+        "b": {"3": str(object)},
+    }
+    assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temporary file left
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "not JSON"),
+        ("[1]", "a results document is a JSON object"),
+        ('{"format": 1}', "results of format 1; this plugin reads format 2"),
+    ],
+)
+def test_a_file_that_is_not_our_results_is_refused_naming_it(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: {message}"):
+        results.read_document(path)
+
+
+def git(folder: Path, *arguments: str) -> str:
+    identity = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
+    command = ["git", *identity, "-C", str(folder), *arguments]
+    return subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git to make a repository")
+def test_the_commit_is_the_folders_head_and_dirty_means_tracked_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert results.commit_of(tmp_path) is None  # no repository
+    git(tmp_path, "init", "-q")
+    assert results.commit_of(tmp_path) is None  # a repository with no commit yet
+    (tmp_path / "tracked.txt").write_text("one\n")
+    git(tmp_path, "add", "tracked.txt")
+    git(tmp_path, "commit", "-q", "-m", "first")
+    head = git(tmp_path, "rev-parse", "HEAD")
+    (tmp_path / "untracked.txt").write_text("new\n")
+    assert results.commit_of(tmp_path) == {"sha": head, "dirty": False}
+    (tmp_path / "tracked.txt").write_text("two\n")
+    assert results.commit_of(tmp_path) == {"sha": head, "dirty": True}
+    # The folder's own repository, whatever repository the environment points git at.
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "elsewhere"))
+    assert results.commit_of(tmp_path) == {"sha": head, "dirty": True}
+    monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))
+    assert results.commit_of(tmp_path) is None
 
 
 def test_stray_lines() -> None:
@@ -219,46 +514,32 @@ def test_bad_stray_mode_is_a_usage_error(pytester: pytest.Pytester) -> None:
     )
 
 
-def test_other_modules_add_summary_lines_from_their_own_records(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(
-        """
-        import pytest
-        from pytest_cudagraph import results
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "plugin.md"
 
-        def checks(records):
-            return [(r.nodeid, r.value) for r in records if r.kind == "my_checks"]
 
-        def check_lines(data):
-            return [f"my checks: {nodeid} {value}" for nodeid, value in data]
+def documented_section_example() -> str:
+    """The conftest docs/plugin.md gives for adding a section ("Extending the plugin")."""
+    text = DOCS.read_text()
+    start = text.index("- A new section of the results")
+    block = text[text.index("```python", start) + len("```python") : text.index("```\n", start + 1)]
+    return textwrap.dedent(block)
 
-        def pytest_configure(config):
-            results.add_section(config, results.Section("my_checks", checks, check_lines))
 
-        @pytest.fixture
-        def my_check(request):
-            return lambda value: results.record(request.node, "my_checks", value)
-        """
-    )
+def test_other_modules_add_a_section_as_the_docs_say(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(documented_section_example())
     pytester.makepyfile(
         """
-        def test_check(my_check):
-            my_check({"check": "stale-memory", "ok": True})
+        def test_check(stale_reads):
+            stale_reads(3)
         """
     )
     result = pytester.runpytest_inprocess("--cudagraph-json=results.json")
-    result.stdout.fnmatch_lines(
-        [
-            "*= cudagraph =*",
-            "my checks: test_*.py::test_check {'check': 'stale-memory', 'ok': True}",
-        ]
-    )
+    result.stdout.fnmatch_lines(["*= cudagraph =*", "stale reads: test_*.py::test_check: 3"])
     document = json.loads((pytester.path / "results.json").read_text())
-    assert document["my_checks"] == [
-        [
-            "test_other_modules_add_summary_lines_from_their_own_records.py::test_check",
-            {"check": "stale-memory", "ok": True},
-        ]
+    assert document["stale_reads"] == [
+        {"nodeid": "test_other_modules_add_a_section_as_the_docs_say.py::test_check", "count": 3}
     ]
+    assert_valid_results(document)
 
 
 def test_no_summary_section_when_nothing_to_say(

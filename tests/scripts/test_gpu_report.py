@@ -1,86 +1,100 @@
-"""scripts/gpu_report.py builds its report from the plugin's JSON results and JUnit XML."""
+"""scripts/gpu_report.py builds its report from the plugin's results files, through the
+plugin's own Markdown rendering, adding only what the results cannot know."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
+from script_modules import script_module
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_report.py"
+from pytest_cudagraph import report_markdown
 
 
 @pytest.fixture
 def gpu_report() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location("gpu_report", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_report"] = module
-    try:
-        spec.loader.exec_module(module)
+    with script_module("gpu_report") as module:
         yield module
-    finally:
-        del sys.modules["gpu_report"]
+
+
+STEP_TESTS = """
+import pytest
+import torch
+
+def test_parity(graph_parity):
+    graph_parity.check(torch.cos, torch.cos, lambda g, c: torch.randn(2), cases=3)
+
+@pytest.mark.fake_memory(growth_mib=1)
+@pytest.mark.graph_memory_bound(8)
+def test_memory():
+    pass
+
+def test_skipped(cuda_device):
+    pytest.skip("no GPU here")
+
+def test_failing(record_property):
+    record_property("speedup key=(8, 64)", 4.2)
+    assert 1 == 2
+"""
 
 
 def test_report_from_a_real_step(cpu_pytester: pytest.Pytester, gpu_report: ModuleType) -> None:
-    cpu_pytester.makepyfile(
-        """
-        import pytest
-        import torch
-
-        def test_parity(graph_parity):
-            graph_parity.check(torch.cos, torch.cos, lambda g, c: torch.randn(2), cases=3)
-
-        @pytest.mark.fake_memory(growth_mib=1)
-        @pytest.mark.graph_memory_bound(8)
-        def test_memory():
-            pass
-
-        def test_skipped():
-            pytest.skip("no GPU here")
-
-        def test_failing():
-            assert 1 == 2
-        """
-    )
+    cpu_pytester.makepyfile(STEP_TESTS)
     outdir = cpu_pytester.path / "out"
     outdir.mkdir()
-    cpu_pytester.runpytest_inprocess(
-        f"--junitxml={outdir / 'tests.xml'}", f"--cudagraph-json={outdir / 'tests.json'}"
-    ).assert_outcomes(passed=2, failed=1, skipped=1)
-    report = gpu_report.render(outdir, "cpu", "abc123")
-    # The stack line reports the facts the plugin recorded, and those are this machine's.
-    stack = json.loads((outdir / "tests.json").read_text())["stack"]
-    assert len(stack["gpus"]) == torch.cuda.device_count()
-    gpus = ", ".join(
-        f"{gpu['name']} ({round(gpu['total_bytes'] / 2**30)} GiB)" for gpu in stack["gpus"]
+    cpu_pytester.runpytest_inprocess(f"--cudagraph-json={outdir / 'tests.json'}").assert_outcomes(
+        passed=2, failed=1, skipped=1
     )
+    # A step killed part-way leaves its exit code and no results.
+    (outdir / "exits.txt").write_text("tests exit 1\nconformance exit 137\n")
+    report = gpu_report.render(outdir, "cpu", "abc123")
+    document = json.loads((outdir / "tests.json").read_text())
+    # The stack line reports the facts the plugin recorded, and those are this machine's.
+    assert len(document["stack"]["gpus"]) == torch.cuda.device_count()
+    lines = report.splitlines()
     for line in [
         "# GPU run: cpu",
-        f"- GPUs: {gpus or 'none'}; driver {stack['driver'] or 'none'}",
-        "- tree: commit abc123",
+        "- commit: abc123",
+        "Step exit codes: tests 1; conformance 137",
         "## tests",
+        "### Tests",
         "2 passed, 1 failed, 1 skipped",
-        "Parity: 3 of 3 checked cases match",
-        "- 1 x no GPU here",
+        "## conformance",
+        "No results: the step exited 137 without writing conformance.json.",
     ]:
-        assert line in report.splitlines(), line
-    assert "assert 1 == 2" in report
-    assert "| `test_report_from_a_real_step.py::test_memory` | +1.0 | 8 | " in report
+        assert line in lines, line
+    assert lines.index("## tests") < lines.index("## conformance")
+    # The step's body is the plugin's own rendering of its results, not a copy of it.
+    body = report_markdown.body_lines(document, level=3)
+    start = lines.index("## tests") + 2
+    assert lines[start : start + len(body)] == body
+    assert (
+        "- `test_report_from_a_real_step.py::test_failing` failed at call: assert 1 == 2" in lines
+    )
+    assert "| test_report_from_a_real_step.py::test_failing | speedup key=(8, 64) | 4.2 |" in lines
+    assert "3 of 3 checked cases match." in lines
+    assert "- 1 x no GPU here" in lines
 
 
-def test_stack_lines_name_each_gpu_and_the_driver(gpu_report: ModuleType) -> None:
-    gpu = {"name": "NVIDIA H200", "total_bytes": 150_121_545_728}
-    stack = {"gpus": [gpu, gpu], "driver": "580.159.04", "python": "3.12.3"}
-    stack |= {"torch": "2.11.0+cu130", "torch_cuda": "13.0"}
-    assert gpu_report.stack_lines(stack) == [
-        "- GPUs: NVIDIA H200 (140 GiB), NVIDIA H200 (140 GiB); driver 580.159.04",
-        "- python 3.12.3, torch 2.11.0+cu130, torch CUDA 13.0",
-    ]
-    no_gpu = stack | {"gpus": [], "driver": None, "torch_cuda": None}
-    assert gpu_report.stack_lines(no_gpu)[0] == "- GPUs: none; driver none"
+def test_the_commit_comes_from_the_results_when_not_given(
+    cpu_pytester: pytest.Pytester, gpu_report: ModuleType
+) -> None:
+    outdir = cpu_pytester.path / "out"
+    outdir.mkdir()
+    cpu_pytester.makepyfile("def test_a(): pass")
+    cpu_pytester.runpytest_inprocess(f"--cudagraph-json={outdir / 'tests.json'}")
+    document = json.loads((outdir / "tests.json").read_text())
+    document["commit"] = {"sha": "f" * 40, "dirty": True}
+    (outdir / "tests.json").write_text(json.dumps(document))
+    assert f"- commit: {'f' * 40} (dirty)" in gpu_report.render(outdir, "cpu").splitlines()
+
+
+def test_unreadable_results_are_said_per_step(tmp_path: Path, gpu_report: ModuleType) -> None:
+    (tmp_path / "tests.json").write_text('{"format": 1}')
+    report = gpu_report.render(tmp_path, "cpu", "abc123")
+    assert "Results unreadable: " in report
+    assert "results of format 1; this plugin reads format 2" in report

@@ -1,8 +1,11 @@
 """scripts/order_independence.py compares the suite's verdicts alone and in full from the JSON
-results alone: canned documents in the shape the plugin writes (results.results_document)."""
+results alone: canned documents in the shape the plugin writes (results.results_document), the
+bounded-memory check's figures read from the row's named values."""
 
 from __future__ import annotations
 
+import ast
+import fnmatch
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,12 +14,11 @@ from types import ModuleType
 import pytest
 from script_modules import script_module
 
+from pytest_cudagraph import results
 from pytest_cudagraph.results import Section, results_document
 
-MEMORY_FIGURE = (
-    "40 shapes, capacity 3: peak +{peak} MiB of bound 900 MiB (largest graph 160 MiB); "
-    "after reset {after:+d} MiB; first use +{first} MiB (warm-up, not judged)"
-)
+CHECKS = Path(results.__file__).parent / "conformance"
+COMPLETE = results.session_end(pytest.ExitCode.OK, None)
 
 
 @pytest.fixture(scope="module")
@@ -25,35 +27,59 @@ def script() -> Iterator[ModuleType]:
         yield module
 
 
-def document(*rows: tuple[str, str, str]) -> dict[str, object]:
-    """A results document with these (check, verdict, figure) conformance rows."""
+def document(
+    *rows: tuple[str, str, dict[str, float]], session: results.SessionEnd | None = COMPLETE
+) -> dict[str, object]:
+    """A results document with these (check, verdict, values) conformance rows."""
     conformance = {
         "target": "reasyn",
         "rows": [
-            {"check": check, "verdict": verdict, "seconds": 1.0, "figure": figure, "reason": ""}
-            for check, verdict, figure in rows
+            {
+                "check": check,
+                "verdict": verdict,
+                "seconds": 1.0,
+                "figure": "",
+                "reason": "",
+                "values": values,
+            }
+            for check, verdict, values in rows
         ],
     }
     section = Section("conformance", lambda records: conformance)
-    return json.loads(json.dumps(results_document([section], [], None)))
+    return json.loads(json.dumps(results_document([section], [], None, session=session)))
 
 
-def memory_row(peak: int, after: int, first: int, verdict: str = "passed") -> tuple[str, str, str]:
-    return ("bounded memory", verdict, MEMORY_FIGURE.format(peak=peak, after=after, first=first))
+def memory_row(peak: float, after: float, first: float, verdict: str = "passed") -> tuple:
+    values = {"peak_mib": peak, "after_reset_mib": after, "first_use_mib": first}
+    return ("bounded memory", verdict, {**values, "bound_mib": 900.0})
 
 
-def test_the_memory_figures_are_read_from_the_row(script: ModuleType) -> None:
-    figure = MEMORY_FIGURE.format(peak=350, after=-4, first=12)
-    assert script.memory_figures(figure) == {"peak": 350.0, "after reset": -4.0, "first use": 12.0}
-    older = "40 shapes, capacity 3: peak +350 MiB of bound 900 MiB; after reset +0 MiB"
-    assert script.memory_figures(older)["first use"] is None
+def test_the_memory_values_are_read_from_the_row(script: ModuleType) -> None:
+    row = document(memory_row(350, -4, 12))["conformance"]["rows"][0]
+    assert script.memory_values(row) == {
+        "peak_mib": 350.0,
+        "after_reset_mib": -4.0,
+        "first_use_mib": 12.0,
+    }
+    assert script.memory_values({"values": {"peak_mib": 1.0}})["first_use_mib"] is None
+
+
+def test_the_values_read_are_those_the_check_records(script: ModuleType) -> None:
+    """The names live in the check's record_figure call; the script must read those."""
+    tree = ast.parse((CHECKS / "test_09_bounded_memory.py").read_text())
+    [call] = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "record_figure"
+    ]
+    assert set(script.SHOWN_VALUES) <= {keyword.arg for keyword in call.keywords}
 
 
 def test_same_verdicts_and_close_figures_are_no_difference(script: ModuleType) -> None:
-    full = document(("parity", "passed", "64 cases"), memory_row(350, 0, 12))
+    full = script.Run(document(("parity", "passed", {}), memory_row(350, 0, 12)))
     alone = {
-        "parity": document(("parity", "passed", "64 cases")),
-        "bounded memory": document(memory_row(380, 20, 40)),  # each within 32 MiB
+        "parity": script.Run(document(("parity", "passed", {}))),
+        "bounded memory": script.Run(document(memory_row(380, 20, 40))),  # each within 32 MiB
     }
     comparisons = script.compare(full, alone)
     assert [item.differences() for item in comparisons] == [[], []]
@@ -66,10 +92,10 @@ def test_same_verdicts_and_close_figures_are_no_difference(script: ModuleType) -
 
 
 def test_a_changed_verdict_and_a_figure_apart_are_flagged(script: ModuleType) -> None:
-    full = document(("parity", "passed", ""), memory_row(260, 0, 12, "passed"))
+    full = script.Run(document(("parity", "passed", {}), memory_row(260, 0, 12)))
     alone = {
-        "parity": document(("parity", "FAILED", "")),
-        "bounded memory": document(memory_row(486, 228, 12, "passed")),
+        "parity": script.Run(document(("parity", "FAILED", {}))),
+        "bounded memory": script.Run(document(memory_row(486, 228, 12))),
     }
     parity, memory = script.compare(full, alone)
     assert parity.differences() == ["verdict FAILED alone, passed in the full suite"]
@@ -80,39 +106,86 @@ def test_a_changed_verdict_and_a_figure_apart_are_flagged(script: ModuleType) ->
     assert script.markdown("reasyn", [parity, memory]).endswith("2 of 2 checks differ.\n")
 
 
+@pytest.mark.parametrize(("alone", "full"), [(32.0, 0.0), (0.0, 32.0)])
+def test_figures_exactly_the_tolerance_apart_are_no_difference(
+    script: ModuleType, alone: float, full: float
+) -> None:
+    (memory,) = script.compare(
+        script.Run(document(memory_row(100 + full, full, 0))),
+        {"bounded memory": script.Run(document(memory_row(100 + alone, alone, 0)))},
+    )
+    assert memory.differences() == []
+
+
 def test_first_use_apart_is_no_difference(script: ModuleType) -> None:
     """Run alone, a check's warm-up pays the process's first-use costs; in the full suite an
     earlier check has paid them. The judged figures must agree, first use may not."""
-    full = document(memory_row(228, 0, 0, "passed"))
-    alone = {"bounded memory": document(memory_row(230, 2, 136, "passed"))}
+    full = script.Run(document(memory_row(228, 0, 0)))
+    alone = {"bounded memory": script.Run(document(memory_row(230, 2, 136)))}
     (memory,) = script.compare(full, alone)
     assert memory.differences() == []
 
 
 def test_a_check_missing_from_its_own_run_is_a_difference(script: ModuleType) -> None:
-    full = document(("guards", "passed", ""))
-    (guards,) = script.compare(full, {"guards": document()})
+    full = script.Run(document(("guards", "passed", {})))
+    (guards,) = script.compare(full, {"guards": script.Run(document())})
     assert guards.differences() == ["verdict not run alone, passed in the full suite"]
 
 
-def test_a_document_of_another_format_is_refused(script: ModuleType) -> None:
-    with pytest.raises(ValueError, match="format 1; expected 2"):
-        script.conformance_rows({"format": 1})
+@pytest.mark.parametrize(
+    ("name", "exit_code", "problem"),
+    [
+        ("gone.json", 137, "wrote no results to gone.json (pytest exited 137)"),
+        ("old.json", None, "left results that cannot be read: *results of format 1*"),
+        ("stopped.json", None, "is partial (KeyboardInterrupt)"),
+        ("internal.json", None, "is partial (INTERNAL_ERROR)"),
+    ],
+    ids=["killed", "other format", "interrupted", "internal error"],
+)
+def test_a_run_that_proves_nothing_is_a_difference_even_with_the_same_verdict(
+    script: ModuleType, tmp_path: Path, name: str, exit_code: int | None, problem: str
+) -> None:
+    """A target whose processes all died once passed here (exit 0)."""
+    (tmp_path / "old.json").write_text('{"format": 1}')
+    ended = {
+        "stopped.json": results.session_end(pytest.ExitCode.INTERRUPTED, "KeyboardInterrupt"),
+        "internal.json": results.session_end(pytest.ExitCode.INTERNAL_ERROR, None),
+    }
+    for file, session in ended.items():
+        (tmp_path / file).write_text(
+            json.dumps(document(("guards", "passed", {}), session=session))
+        )
+    broken = script.load_run(tmp_path / name, exit_code)
+    sound = script.Run(document(("guards", "passed", {})))
+    (guards,) = script.compare(sound, {"guards": broken})
+    assert fnmatch.fnmatch(guards.differences()[0], f"the run alone {problem}")
+    if broken.rows():  # a partial full run: each of its checks differs
+        (guards,) = script.compare(broken, {"guards": sound})
+        assert [fnmatch.fnmatch(d, f"the full run {problem}") for d in guards.differences()] == [
+            True
+        ]
+
+
+def test_results_that_do_not_say_how_the_session_ended_prove_nothing(script: ModuleType) -> None:
+    assert script.Run(document(("guards", "passed", {}), session=None)).problem() == (
+        "left results that do not say how the session ended"
+    )
 
 
 def test_main_runs_the_full_suite_then_each_check_alone_and_exits_on_a_difference(
     script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rows_of_run = {  # -k expression -> the rows its run reports
-        "not test_worker_processes": [("guards", "passed", ""), ("parity", "passed", "")],
-        "test_guards": [("guards", "FAILED", "")],
-        "test_parity": [("parity", "passed", "")],
+        "not test_worker_processes": [("guards", "passed", {}), ("parity", "passed", {})],
+        "test_guards": [("guards", "FAILED", {})],
+        "test_parity": [("parity", "passed", {})],
     }
     runs = []
 
-    def fake_run(target: str, json_path: Path, select: str | None, extra: list[str]) -> None:
+    def fake_run(target: str, json_path: Path, select: str | None, extra: list[str]) -> object:
         runs.append((target, json_path.name, select, list(extra)))
         json_path.write_text(json.dumps(document(*rows_of_run[select])))
+        return script.load_run(json_path)
 
     monkeypatch.setattr(script, "run_suite", fake_run)
     report = tmp_path / "order.md"
@@ -140,16 +213,42 @@ def test_main_runs_the_full_suite_then_each_check_alone_and_exits_on_a_differenc
     assert "1 of 2 checks differ." in text
 
 
+def test_main_exits_non_zero_when_a_check_alone_dies(
+    script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fake_run(target: str, json_path: Path, select: str | None, extra: list[str]) -> object:
+        if select is None:
+            json_path.write_text(json.dumps(document(("guards", "passed", {}))))
+        return script.load_run(json_path, None if select is None else -9)
+
+    monkeypatch.setattr(script, "run_suite", fake_run)
+    assert script.main(["reasyn", "--out", str(tmp_path)]) == 1
+
+
+def test_main_exits_non_zero_when_the_full_run_leaves_nothing_to_compare(
+    script: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(script, "run_suite", lambda *args: script.load_run(tmp_path / "x.json", 2))
+    assert script.main(["reasyn", "--out", str(tmp_path)]) == 1
+    assert capsys.readouterr().out == (
+        "nothing to compare: the full run wrote no results to x.json (pytest exited 2)\n"
+    )
+
+
 def test_only_and_reuse_full_compare_a_subset_without_running_the_suite_again(
     script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    full = document(("guards", "passed", ""), memory_row(350, 0, 12))
+    full = document(("guards", "passed", {}), memory_row(350, 0, 12))
     (tmp_path / "full.json").write_text(json.dumps(full))
     runs = []
 
-    def fake_run(target: str, json_path: Path, select: str | None, extra: list[str]) -> None:
+    def fake_run(target: str, json_path: Path, select: str | None, extra: list[str]) -> object:
         runs.append(select)
         json_path.write_text(json.dumps(document(memory_row(500, 0, 12))))
+        return script.load_run(json_path)
 
     monkeypatch.setattr(script, "run_suite", fake_run)
     report = tmp_path / "order.md"

@@ -1,0 +1,61 @@
+"""The ``pytest-cudagraph`` command, installed with the plugin.
+
+pytest-cudagraph report results.json [--out report.md]   the Markdown report of a results file
+pytest-cudagraph targets                                 the installed conformance targets
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def parser() -> argparse.ArgumentParser:
+    commands = argparse.ArgumentParser(
+        prog="pytest-cudagraph", description="Tools of the pytest-cudagraph plugin."
+    )
+    chosen = commands.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    report = chosen.add_parser(
+        "report",
+        help="render the Markdown report of a --cudagraph-json results file",
+        description="Render the Markdown report of a results file written by --cudagraph-json.",
+    )
+    report.add_argument("results", type=Path, help="the results file (JSON)")
+    report.add_argument("--out", type=Path, help="write the report here (default: stdout)")
+    chosen.add_parser(
+        "targets",
+        help="list the installed conformance targets",
+        description="List the installed conformance targets, one per line: name, then "
+        "module:factory.",
+    )
+    return commands
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; the exit status (2 for a results file that cannot be read)."""
+    args = parser().parse_args(argv)
+    if args.command == "targets":
+        from pytest_cudagraph.conformance.target import main as list_targets
+
+        list_targets()
+        return 0
+    from pytest_cudagraph import report_markdown, results
+
+    try:
+        document = results.read_document(args.results)
+    except (OSError, ValueError) as error:
+        print(f"pytest-cudagraph report: {error}", file=sys.stderr)
+        return 2
+    text = report_markdown.render(document)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The ``pytest-cudagraph`` command installed with the plugin: ``report`` and ``targets``."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_cudagraph import cli, report_markdown
+from pytest_cudagraph.conformance import target
+
+
+def test_the_command_is_installed_with_the_package() -> None:
+    [script] = [
+        entry
+        for entry in importlib.metadata.distribution("pytest-cudagraph").entry_points
+        if entry.group == "console_scripts"
+    ]
+    assert (script.name, script.value) == ("pytest-cudagraph", "pytest_cudagraph.cli:main")
+
+
+@pytest.fixture
+def results_file(cpu_pytester: pytest.Pytester) -> Path:
+    cpu_pytester.makepyfile(
+        "import torch\n\ndef test_parity(graph_parity):\n"
+        "    graph_parity.check(torch.sin, torch.sin, lambda g, c: torch.randn(2), cases=2)\n"
+    )
+    cpu_pytester.runpytest_inprocess("--cudagraph-json=results.json").assert_outcomes(passed=1)
+    return cpu_pytester.path / "results.json"
+
+
+def test_report_writes_the_markdown_of_a_results_file(results_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "deep" / "report.md"
+    assert cli.main(["report", str(results_file), "--out", str(out)]) == 0
+    document = json.loads(results_file.read_text())
+    assert out.read_text() == report_markdown.render(document)
+    assert "2 of 2 checked cases match." in out.read_text()
+
+
+def test_report_prints_to_stdout_without_importing_torch(results_file: Path) -> None:
+    code = (
+        "import sys\n"
+        "from pytest_cudagraph import cli\n"
+        "status = cli.main(['report', sys.argv[1]])\n"
+        "assert 'torch' not in sys.modules, 'reading a results file imported torch'\n"
+        "sys.exit(status)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(results_file)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == report_markdown.render(json.loads(results_file.read_text()))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "No such file or directory"),
+        ("not json", "not JSON"),
+        ('{"format": 1}', "results of format 1; this plugin reads format 2"),
+    ],
+)
+def test_report_refuses_what_is_not_a_results_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | None, message: str
+) -> None:
+    path = tmp_path / "results.json"
+    if text is not None:
+        path.write_text(text)
+    assert cli.main(["report", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("pytest-cudagraph report: ")
+    assert message in captured.err
+
+
+def test_targets_lists_the_installed_targets(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["targets"]) == 0
+    installed = target.installed_targets()
+    expected = "".join(f"{name}  {value}\n" for name, value in installed.items())
+    assert capsys.readouterr().out == (
+        expected
+        or f"no conformance targets installed (entry-point group {target.ENTRY_POINT_GROUP})\n"
+    )
+
+
+@pytest.mark.parametrize("argv", [[], ["report"], ["nothing"]])
+def test_a_bad_command_line_is_a_usage_error(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(argv)
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.startswith("usage: pytest-cudagraph")
