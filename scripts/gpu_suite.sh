@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 status=0
 
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1 \
+python3 -m pip install -q --no-deps --no-build-isolation -e . -e ./reasyn_ref >"$out/install.log" 2>&1 \
     || { echo "editable install failed; running from the tree" | tee -a "$out/install.log"; export PYTHONPATH="$PWD"; }
 
 gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
