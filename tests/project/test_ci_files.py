@@ -1,16 +1,15 @@
 """CI files: the workflows parse and have the shape GitHub Actions needs, the GPU recipe runs
-what docs/ci.md says, and the pinned tox env agrees with the plugin's default pinned stack."""
+what docs/ci.md says, and the pinned tox env installs the stack this project pins."""
 
 from __future__ import annotations
 
 import configparser
-import shlex
 from pathlib import Path
 
 import pytest
 import yaml
 
-from pytest_cudagraph.engines.stack import DEFAULT_PINNED_STACK, parse_pinned_stack
+from pytest_cudagraph.engines.stack import parse_pinned_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -116,21 +115,29 @@ def test_the_gpu_job_runs_on_a_gpu_runner_what_docs_ci_gives_for_any_ci() -> Non
         assert command in docs, f"docs/ci.md does not give `{command}`"
 
 
-def test_the_pinned_env_pins_the_default_stack_but_its_cuda() -> None:
+def tox_env(name: str) -> configparser.SectionProxy:
     tox = configparser.ConfigParser(interpolation=None)
     tox.read(ROOT / "tox.ini")
-    env = tox["testenv:pinned"]
-    pinned_here = parse_pinned_stack(shlex.split(env["pinned_stack"]))
-    default = parse_pinned_stack(DEFAULT_PINNED_STACK)
-    # PyPI's torch 2.7 is a CUDA 12.6 build and the CPU suite runs no CUDA (tox.ini, README).
-    assert pinned_here == {name: default[name] for name in ("python", "torch")}
-    assert any(line.strip() == "torch==2.7.*" for line in env["deps"].splitlines())
-    assert all(pinned_here["torch"].contains(version) for version in ("2.7.0", "2.7.1"))
-    commands = [
-        " ".join(line.split()) for line in env["commands"].replace("\\\n", " ").splitlines()
+    return tox[f"testenv:{name}"]
+
+
+def command_lines(env: configparser.SectionProxy) -> list[str]:
+    return [" ".join(line.split()) for line in env["commands"].replace("\\\n", " ").splitlines()]
+
+
+def test_the_pinned_env_installs_the_stack_this_project_pins(pytestconfig: pytest.Config) -> None:
+    # The project's own pin (pyproject.toml), not the plugin's: the plugin pins nothing.
+    pinned = parse_pinned_stack(pytestconfig.getini("cudagraph_pinned_stack"))
+    assert set(pinned) == {"python", "torch"}
+    env = tox_env("pinned")
+    python = env["base_python"].removeprefix("python")
+    assert pinned["python"].contains(f"{python}.0")
+    torch_pins = [
+        line.strip() for line in env["deps"].splitlines() if line.strip().startswith("torch")
     ]
-    overridden = [
-        line for line in commands if "cudagraph_pinned_stack={[testenv:pinned]pinned_stack}" in line
-    ]
-    assert len(overridden) == 2, "both pytest runs use the env's pinned stack"
-    assert any("-m pinned_stack -v" in line for line in overridden)
+    assert torch_pins == ["torch==2.7.*"]
+    assert all(pinned["torch"].contains(version) for version in ("2.7.0", "2.7.1"))
+    # Its pinned-stack tests run again by name; nothing overrides the project's pin.
+    commands = command_lines(env)
+    assert any("-m pinned_stack -v" in line for line in commands)
+    assert not any("cudagraph_pinned_stack" in line for line in commands)
