@@ -22,10 +22,11 @@ STEPS = (
     "conformance-compiled",
     "conformance-graphed",
     "conformance-foreign",
+    "conformance-quickstart",
     "conformance-xdist",
     "bench",
 )
-SUITE_KNOBS = ("TEST_ARGS", "SKIP_BENCH", "BENCH_ARGS")
+SUITE_KNOBS = ("TEST_ARGS", "SKIP_BENCH", "BENCH_COMPARE", "BENCH_ARGS", "GPUS")
 
 
 def junit_outcomes(path: Path) -> dict:

@@ -5,7 +5,6 @@ installed target), and what a user sees when the target cannot be built."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import subprocess
 import sys
 import threading
@@ -14,12 +13,12 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from distributions import registered_targets
 from suite_runner import plugin_arguments
 
 from pytest_cudagraph.conformance import target as targets
 from pytest_cudagraph.conformance.suite import chosen_target_spec
 from pytest_cudagraph.conformance.target import (
-    ENTRY_POINT_GROUP,
     CudaGraphTarget,
     TargetError,
     Tolerance,
@@ -184,21 +183,16 @@ def test_a_fault_point_must_name_an_existing_method(factories: types.ModuleType)
     build_with(factories, lambda device: minimal_target(fault_points=points, lock=lock))
 
 
-def entry_points_of(distribution: str) -> dict[str, str]:
-    found = importlib.metadata.distribution(distribution).entry_points
-    return {entry.name: entry.value for entry in found if entry.group == ENTRY_POINT_GROUP}
-
-
 def test_the_plugin_registers_no_target_and_reasyn_ref_its_three() -> None:
     # What a user installs with the plugin alone: no target, so their one is the default.
-    assert entry_points_of("pytest-cudagraph") == {}
-    assert entry_points_of("reasyn-ref") == {
+    assert registered_targets("pytest-cudagraph") == {}
+    assert registered_targets("reasyn-ref") == {
         "reasyn": "reasyn_ref.targets.reference:make_target",
         "reasyn-kv": "reasyn_ref.targets.kv:make_target",
         "reasyn-lean": "reasyn_ref.targets.reference:make_lean_target",
     }
     # Whatever else this environment holds, reasyn-ref's targets are among the installed ones.
-    assert entry_points_of("reasyn-ref").items() <= installed_targets().items()
+    assert registered_targets("reasyn-ref").items() <= installed_targets().items()
 
 
 def test_the_installed_reference_is_valid_on_the_cpu() -> None:
