@@ -1,5 +1,5 @@
 """Deprecated alias of ``pytest_cudagraph.conformance.adapters``, where this module moved in
-0.4.0; the alias goes in 0.5.0. Importing it gives the moved module itself, so every name is the
+0.3.0; the alias goes in 0.4.0. Importing it gives the moved module itself, so every name is the
 same object under both paths."""
 
 import sys
@@ -9,7 +9,7 @@ from pytest_cudagraph.conformance import adapters as _moved
 
 warnings.warn(
     "pytest_cudagraph.adapters moved to pytest_cudagraph.conformance.adapters; the old name "
-    "goes in 0.5.0",
+    "goes in 0.4.0",
     DeprecationWarning,
     stacklevel=2,
 )

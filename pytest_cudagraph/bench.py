@@ -1,4 +1,5 @@
-"""pytest-benchmark support: GPU facts in machine_info, storage per stack, a GPU-aware timer.
+"""pytest-benchmark support: GPU facts in machine_info, storage per stack, a GPU-aware timer,
+and the cuda_benchmark fixture built on it (skipping, saying why, without pytest-benchmark).
 
 CUDA kernels run asynchronously, so a host clock read right after a launch measures the
 launch, not the work; the timer synchronizes the device before reading the clock.
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
 
 # Written in --benchmark-storage or --benchmark-compare; replaced by stack_id().
 STACK_PLACEHOLDER = "{cudagraph_stack_id}"
+NEEDS_BENCHMARK = (
+    "cuda_benchmark needs pytest-benchmark, which this session does not have "
+    "(pip install pytest-benchmark, or drop -p no:benchmark)"
+)
 
 
 def synchronizing_timer(device: torch.device) -> Callable[[], float]:
@@ -37,6 +42,17 @@ def synchronizing_timer(device: torch.device) -> Callable[[], float]:
         return time.perf_counter()
 
     return cuda_synchronized_perf_counter
+
+
+def device_benchmark(request: pytest.FixtureRequest) -> object:
+    """pytest-benchmark's ``benchmark`` timed with ``cuda_timer``; skips, saying why, in a
+    session without pytest-benchmark (the ``cuda_benchmark`` fixture)."""
+    if not request.config.pluginmanager.hasplugin("benchmark"):
+        pytest.skip(NEEDS_BENCHMARK)
+    benchmark = request.getfixturevalue("benchmark")
+    # pytest-benchmark's public timer= marker argument cannot see the test's device.
+    benchmark._timer = request.getfixturevalue("cuda_timer")
+    return benchmark
 
 
 def gpu_machine_info() -> dict[str, object]:
@@ -155,10 +171,3 @@ class BenchmarkHooks:
     ) -> None:
         machine_info.update(gpu_machine_info())
         machine_info["cudagraph_stack_id"] = self.stack_once()
-
-    @pytest.fixture
-    def cuda_benchmark(self, benchmark: object, cuda_timer: Callable[[], float]) -> object:
-        """pytest-benchmark's ``benchmark`` whose timer synchronizes ``cuda_device``."""
-        # pytest-benchmark's public timer= marker argument cannot see the test's device.
-        benchmark._timer = cuda_timer
-        return benchmark

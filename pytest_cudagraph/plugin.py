@@ -202,6 +202,15 @@ def cuda_timer(cuda_device: torch.device) -> Callable[[], float]:
     return bench.synchronizing_timer(cuda_device)
 
 
+@pytest.fixture
+def cuda_benchmark(request: pytest.FixtureRequest) -> object:
+    """pytest-benchmark's ``benchmark`` whose timer synchronizes ``cuda_device``; skips,
+    saying why, without pytest-benchmark."""
+    from pytest_cudagraph import bench
+
+    return bench.device_benchmark(request)
+
+
 @pytest.fixture(autouse=True)
 def _cudagraph_marker_fixtures(request: pytest.FixtureRequest) -> None:
     """Set up what this test's markers work through, before its body (so their skips apply)."""

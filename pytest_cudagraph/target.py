@@ -11,7 +11,7 @@ if __name__ == "__main__":
     _moved.main()
 else:
     warnings.warn(
-        "pytest_cudagraph.target moved to pytest_cudagraph.conformance.target; the old name goes in 0.5.0",
+        "pytest_cudagraph.target moved to pytest_cudagraph.conformance.target; the old name goes in 0.4.0",
         DeprecationWarning,
         stacklevel=2,
     )

@@ -23,10 +23,11 @@ STEPS = (
     "conformance-compiled",
     "conformance-graphed",
     "conformance-foreign",
+    "conformance-quickstart",
     "conformance-xdist",
     "bench",
 )
-SUITE_KNOBS = ("TEST_ARGS", "SKIP_BENCH", "BENCH_ARGS")
+SUITE_KNOBS = ("TEST_ARGS", "SKIP_BENCH", "BENCH_COMPARE", "BENCH_ARGS", "GPUS")
 
 
 def suite_command(label: str) -> str:

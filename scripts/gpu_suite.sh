@@ -1,36 +1,78 @@
 #!/usr/bin/env bash
-# The whole GPU run in one call: stack facts, the project's tests (GPU tests included), the
-# conformance suite against reasyn_ref (xdist, one worker per GPU, when there are several),
-# the benchmarks, and a markdown report built from all of it.
+# The GPU recipe, written once (tox -e gpu and .github/workflows/gpu.yml call it too): stack
+# facts, the project's tests (GPU tests included), the conformance suite against reasyn_ref's
+# three targets (reasyn, reasyn-kv, reasyn-lean), the own-graphs examples and the README's quick
+# start (and with two GPUs or more, once more under xdist, one worker per GPU), the benchmarks,
+# and a markdown report built from all of it.
 #
-#   bash scripts/gpu_suite.sh OUTDIR [label]      e.g. on the device tool: bash scripts/gpu_suite.sh $OUT h200
+#   bash scripts/gpu_suite.sh OUTDIR [label]            e.g. on the device tool: bash scripts/gpu_suite.sh $OUT h200
+#   bash scripts/gpu_suite.sh --dry-run OUTDIR [label]  the commit and each step's command; runs nothing
 #
 # The reports are written under the names reports/ keeps, one per machine kind (label):
 # OUTDIR/gpu-LABEL.md, and with the benchmarks OUTDIR/bench-LABEL.md and bench-LABEL.png.
 # Copy them into reports/ as they are (reports/README.md).
 #
-# Knobs (environment): TEST_ARGS (the project's tests to run; default all but the benchmarks),
-# SKIP_BENCH=1, BENCH_ARGS (extra pytest-benchmark arguments), STEP_TIMEOUT (seconds per step).
+# Knobs (environment): SKIP_INSTALL=1 (the caller installed both distributions; otherwise an
+# editable install of both, offline: --no-deps --no-build-isolation, which needs setuptools 77
+# or later), TEST_ARGS (the project's tests to run; default all but the benchmarks),
+# SKIP_BENCH=1, BENCH_COMPARE=1 (compare with the committed baseline of the running stack and
+# fail on a median 25% slower), BENCH_ARGS (more pytest-benchmark arguments, words without
+# spaces), STEP_TIMEOUT (seconds per step), GPUS (how many GPUs to plan for; default what torch
+# sees), GIT_COMMIT (the commit the report names; default this clone's HEAD, with -dirty for
+# uncommitted changes).
 #
 # Each step writes the plugin's results (--cudagraph-json) beside its JUnit XML and log.
 # Steps may fail; the script goes on so the report shows every outcome, and exits non-zero if
 # any step failed.
 set -uo pipefail
-out="${1:?usage: gpu_suite.sh OUTDIR [label]}"
+dry_run=0
+if [[ "${1:-}" == "--dry-run" ]]; then
+    dry_run=1
+    shift
+fi
+out="$(realpath -m "${1:?usage: gpu_suite.sh [--dry-run] OUTDIR [label]}")"
 label="${2:-gpu}"
-mkdir -p "$out"
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 status=0
 
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1 \
-    || { echo "editable install failed; running from the tree" | tee -a "$out/install.log"; export PYTHONPATH="$PWD"; }
+commit="${GIT_COMMIT:-}"
+if [[ -z "$commit" ]] && git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    commit=$(git rev-parse --short HEAD)
+    git diff --quiet HEAD -- || commit+="-dirty"
+fi
+commit="${commit:-unknown}"
+echo "commit: $commit"
 
-gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+if [[ $dry_run -eq 0 ]]; then
+    mkdir -p "$out"
+    if [[ "${SKIP_INSTALL:-0}" != 1 ]]; then
+        python3 -c "import setuptools; print('setuptools', setuptools.__version__)" >"$out/install.log" 2>&1
+        if ! python3 -m pip install -q --no-deps --no-build-isolation -e . -e ./reasyn_ref \
+            >>"$out/install.log" 2>&1; then
+            echo "the editable install failed (it needs setuptools 77 or later; see $out/install.log):"
+            tail -n 15 "$out/install.log"
+            exit 1
+        fi
+    fi
+fi
+gpus="${GPUS:-$(python3 -c "import torch; print(torch.cuda.device_count())")}"
+
+outer_pythonpath="${PYTHONPATH:-}"
+shown() {  # the command as one would type it: a word with spaces in quotes
+    local word words=()
+    [[ "${PYTHONPATH:-}" != "$outer_pythonpath" ]] && words+=("PYTHONPATH=$PYTHONPATH")
+    for word in "$@"; do
+        [[ "$word" == *" "* ]] && word="\"$word\""
+        words+=("$word")
+    done
+    echo "${words[*]}"
+}
 
 run() {  # name, then the pytest arguments
     local name=$1; shift
-    echo "== $name: pytest $*"
+    echo "== $name: $(shown pytest "$@")"
+    [[ $dry_run -eq 1 ]] && return
     timeout "${STEP_TIMEOUT:-900}" python3 -m pytest "$@" --junitxml="$out/$name.xml" --cudagraph-json="$out/$name.json" -rfEs -p no:cacheprovider \
         >"$out/$name.log" 2>&1
     local rc=$?
@@ -44,26 +86,40 @@ run tests ${TEST_ARGS:-tests --ignore=tests/bench} -m "not slow"
 run conformance --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn
 run conformance-kv --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn-kv
 run conformance-lean --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn-lean
-# The own-graphs examples (docs/own-graphs.md) and the foreign target live in tests/conformance.
+# The own-graphs examples (docs/own-graphs.md) and the foreign target (the hand-written example)
+# live in tests/conformance, the README's quick start in tests/project/quickstart.
 PYTHONPATH=tests/conformance run conformance-compiled --pyargs pytest_cudagraph.conformance \
     --cudagraph-target examples.compiled_target:make_target
 PYTHONPATH=tests/conformance run conformance-graphed --pyargs pytest_cudagraph.conformance \
     --cudagraph-target examples.graphed_callables_target:make_target
 PYTHONPATH=tests/conformance run conformance-foreign --pyargs pytest_cudagraph.conformance \
     --cudagraph-target foreign:make_target
+PYTHONPATH=tests/project/quickstart run conformance-quickstart --pyargs pytest_cudagraph.conformance \
+    --cudagraph-target my_graphs:make_target
 if [[ $gpus -ge 2 ]]; then  # one xdist worker per GPU
     run conformance-xdist --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn -n "$gpus"
 fi
 if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
-    run bench tests/bench --benchmark-enable --benchmark-only --benchmark-json="$out/benchmarks.json" ${BENCH_ARGS:-}
+    compare=()
+    if [[ "${BENCH_COMPARE:-0}" == 1 ]]; then
+        compare=(--benchmark-storage="file://./.benchmarks/{cudagraph_stack_id}"
+            --benchmark-compare="benchmarks/baseline/{cudagraph_stack_id}/baseline.json"
+            --benchmark-compare-fail=median:25%)
+    fi
+    # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
+    run bench tests/bench --benchmark-enable --benchmark-only "${compare[@]}" \
+        --benchmark-json="$out/benchmarks.json" ${BENCH_ARGS:-}
     # bench.md keeps its own name too: gpu_report.py includes it.
-    if python3 scripts/bench_report.py "$out/benchmarks.json" --out "$out/bench.md" --plot "$out/bench-$label.png" \
-        >>"$out/bench.log" 2>&1; then
-        cp "$out/bench.md" "$out/bench-$label.md"
-    else
-        status=1
+    if [[ $dry_run -eq 0 ]]; then
+        if python3 scripts/bench_report.py "$out/benchmarks.json" --out "$out/bench.md" --plot "$out/bench-$label.png" \
+            >>"$out/bench.log" 2>&1; then
+            cp "$out/bench.md" "$out/bench-$label.md"
+        else
+            status=1
+        fi
     fi
 fi
 
-python3 scripts/gpu_report.py "$out" --label "$label" --commit "${GIT_COMMIT:-unknown}" --out "$out/gpu-$label.md" || status=1
+[[ $dry_run -eq 1 ]] && exit 0
+python3 scripts/gpu_report.py "$out" --label "$label" --commit "$commit" --out "$out/gpu-$label.md" || status=1
 exit $status

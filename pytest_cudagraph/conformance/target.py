@@ -28,6 +28,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import sys
+import traceback
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     import torch
 
 ENTRY_POINT_GROUP = "pytest_cudagraph.targets"
+# Where the suite's checks live: a session that collected one of them runs the suite.
+CHECKS_FOLDER = Path(__file__).parent
 
 # The stages a fault is injected into by the lock-safety check; a target may name more.
 FAULT_STAGES = ("warm_up", "capture", "replay")
@@ -204,9 +207,12 @@ def session_target(request: pytest.FixtureRequest, spec: str | None) -> CudaGrap
     """The target for this test process: on its bound CUDA device (the plugin's
     ``cuda_device``), or on the CPU where CUDA is missing, for the checks that need no GPU.
 
-    A target that cannot be built fails the first check with one short message and stops the
-    run there (under xdist, each worker's run), rather than failing every check with the same
-    traceback."""
+    A target that cannot be built (none chosen, a factory that raises, a malformed target)
+    errors the test that asked for it with one line naming the spec and the problem; with
+    ``--tb=long``, ``--tb=native`` or ``--full-trace`` the factory's traceback follows it. In
+    a session that runs the suite's checks the run stops there (under xdist, each worker's
+    run), rather than failing every check with the same message; anywhere else only the tests
+    that use the target error, and the rest of the session runs."""
     import torch
 
     if torch.cuda.is_available():
@@ -217,8 +223,26 @@ def session_target(request: pytest.FixtureRequest, spec: str | None) -> CudaGrap
         return build_target(spec, device)
     except TargetError as error:
         problem = str(error)
-    request.session.shouldfail = problem
+        cause = error.__cause__
+    if cause is not None and _wants_traceback(request.config):
+        full = bool(request.config.getoption("fulltrace"))
+        problem += "\n" + _factory_traceback(cause, full=full)
+    if any(item.path.parent == CHECKS_FOLDER for item in request.session.items):
+        request.session.shouldfail = problem.splitlines()[0]
     pytest.fail(problem, pytrace=False)
+
+
+def _wants_traceback(config: pytest.Config) -> bool:
+    """Whether the user asked for whole tracebacks (--tb=long, --tb=native, --full-trace)."""
+    return bool(config.getoption("fulltrace") or config.getoption("tbstyle") in ("long", "native"))
+
+
+def _factory_traceback(error: BaseException, *, full: bool) -> str:
+    """``error``'s traceback from the factory's own frame on (``full``: from build_target's)."""
+    frames = error.__traceback__
+    if not full and frames is not None and frames.tb_next is not None:
+        frames = frames.tb_next
+    return "".join(traceback.format_exception(type(error), error, frames)).rstrip("\n")
 
 
 # Loading
@@ -263,11 +287,11 @@ def _import(spec: str, module_name: str, search_paths: Sequence[Path]) -> Any:
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as error:
-        raise TargetError(spec, f"cannot import module {module_name!r}: {error}") from None
+        raise TargetError(spec, f"cannot import module {module_name!r}: {error}") from error
     except (Exception, SystemExit) as error:  # whatever the module raises while it runs
         raise TargetError(
             spec, f"importing {module_name!r} failed: {type(error).__name__}: {_first_line(error)}"
-        ) from None
+        ) from error
 
 
 def _holds_module(folder: Path, name: str) -> bool:
@@ -285,10 +309,10 @@ def build_target(spec: str | None, device: torch.device) -> CudaGraphTarget:
     factory = load_factory(spec)
     try:
         target = factory(device)
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # SystemExit too: a factory may call sys.exit
         raise TargetError(
             spec, f"the factory raised {type(error).__name__}: {_first_line(error)}"
-        ) from None
+        ) from error
     validate_target(spec, target, device)
     return target
 

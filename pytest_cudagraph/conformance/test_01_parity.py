@@ -9,6 +9,7 @@ from collections.abc import Callable, Hashable
 import pytest
 import torch
 
+from pytest_cudagraph.conformance.progress import check_progress
 from pytest_cudagraph.conformance.support import case_in_key
 from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
 from pytest_cudagraph.engines.parity import ParityChecker
@@ -21,8 +22,12 @@ MAX_KEYS = 8
 @needs_cuda
 @pytest.mark.cuda_graph_parity
 def test_parity(
-    target: CudaGraphTarget, graph_parity: ParityChecker, record_figure: Callable[[str], None]
+    target: CudaGraphTarget,
+    graph_parity: ParityChecker,
+    record_figure: Callable[[str], None],
+    request: pytest.FixtureRequest,
 ) -> None:
+    progress = check_progress(request)
     key_count = min(MAX_KEYS, target.num_keys)
     per_key = -(-CASES // key_count)
     cases = [case_in_key(target, k, j) for k in range(key_count) for j in range(per_key)]
@@ -31,6 +36,7 @@ def test_parity(
     def make_inputs(generator: torch.Generator, case: int) -> tuple[Inputs]:
         inputs = target.make_inputs(generator, case)
         keys.add(target.key_of(inputs))
+        progress(f"key {target.key_of(inputs)!r} ({len(keys)} of {key_count} keys)")
         return (inputs,)  # one positional argument: the inputs dict
 
     tolerance = target.tolerance

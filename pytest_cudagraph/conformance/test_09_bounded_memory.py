@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_cudagraph.conformance.progress import check_progress
 from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.conformance.support import draw, skip_without
 from pytest_cudagraph.conformance.target import CudaGraphTarget
@@ -35,7 +36,9 @@ def test_bounded_memory(
     target: CudaGraphTarget,
     device_memory: DeviceMemoryProbe,
     record_figure: FigureRecorder,
+    request: pytest.FixtureRequest,
 ) -> None:
+    progress = check_progress(request)
     skip_without(target, "capacity", "largest_case", "reset")
     if target.num_keys < SHAPES:
         pytest.skip(f"target.num_keys is {target.num_keys}; this check needs {SHAPES} keys")
@@ -58,7 +61,9 @@ def test_bounded_memory(
     bound = (target.capacity + 1) * largest + SLACK_MIB * MiB
     peak = 0
     for case in range(SHAPES):
-        target.graphed(draw(target, case, seed=case))
+        inputs = draw(target, case, seed=case)
+        progress(f"shape {case + 1} of {SHAPES}, key {target.key_of(inputs)!r}")
+        target.graphed(inputs)
         peak = max(peak, growth_within(bound))
     target.reset()
     after_reset = growth_within(SLACK_MIB * MiB)

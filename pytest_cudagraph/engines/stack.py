@@ -1,4 +1,4 @@
-"""pinned_stack: run a test only on the software stack the upstream repo pins.
+"""pinned_stack: run a test only on the software stack a project pins.
 
 A pinned stack maps each component (python, torch, and torch's CUDA) to a PEP 440
 specifier set. It is written as entries like ``torch~=2.7.0``: the component's name
@@ -17,8 +17,8 @@ from packaging.version import Version
 
 COMPONENTS = ("python", "torch", "cuda")
 
-# What the upstream ReaSyn repo pins: Python 3.10, torch 2.7, CUDA 11.8.
-DEFAULT_PINNED_STACK = ("python~=3.10.0", "torch~=2.7.0", "cuda~=11.8")
+# Nothing: which stack a project pins is the project's to say (ini cudagraph_pinned_stack).
+DEFAULT_PINNED_STACK: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

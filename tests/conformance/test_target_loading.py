@@ -1,6 +1,6 @@
 """pytest_cudagraph.conformance.target on the CPU: loading installed names and ``module:factory`` specs,
-validating what the factory returns, and which spec is in force (option > env > ini > the one
-installed target)."""
+validating what the factory returns, which spec is in force (option > env > ini > the one
+installed target), and what a user sees when the target cannot be built."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from distributions import registered_targets
 from suite_runner import plugin_arguments
 
 from pytest_cudagraph.conformance import target as targets
@@ -62,10 +63,7 @@ def build_with(factories: types.ModuleType, factory: Callable[[torch.device], ob
 @pytest.mark.parametrize(
     ("spec", "problem"),
     [
-        (
-            "fake_targets",
-            "no installed target of that name (installed: reasyn, reasyn-kv, reasyn-lean)",
-        ),
+        ("fake_targets", "no installed target of that name (installed: mine)"),
         ("fake_targets:", "must be a name or 'module:factory'"),
         (":factory", "must be a name or 'module:factory'"),
         ("no_such_module_here:make", "cannot import module 'no_such_module_here'"),
@@ -75,8 +73,9 @@ def build_with(factories: types.ModuleType, factory: Callable[[torch.device], ob
     ],
 )
 def test_a_spec_that_cannot_be_loaded_is_a_usage_error_naming_it(
-    factories: types.ModuleType, spec: str, problem: str
+    factories: types.ModuleType, monkeypatch: pytest.MonkeyPatch, spec: str, problem: str
 ) -> None:
+    fake_installed(monkeypatch, {"mine": "fake_targets:namespace.make"})
     with pytest.raises(TargetError) as error:
         load_factory(spec)
     assert str(error.value).startswith(f"conformance target {spec!r}: {problem}")
@@ -96,8 +95,22 @@ def test_a_factory_that_raises_is_reported_with_its_error(factories: types.Modul
         TargetError,
         match=r"^conformance target 'fake_targets:factory': the factory raised RuntimeError: "
         r"no GPU for you$",
-    ):
+    ) as error:
         build_with(factories, factory)
+    # Kept, so that the user's own traceback can be shown.
+    assert isinstance(error.value.__cause__, RuntimeError)
+
+
+def test_a_factory_that_exits_is_reported_like_any_error(factories: types.ModuleType) -> None:
+    def factory(device: torch.device) -> CudaGraphTarget:
+        sys.exit(3)
+
+    with pytest.raises(
+        TargetError,
+        match=r"^conformance target 'fake_targets:factory': the factory raised SystemExit: 3$",
+    ) as error:
+        build_with(factories, factory)
+    assert isinstance(error.value.__cause__, SystemExit)
 
 
 def test_a_factory_returning_something_else_is_refused(factories: types.ModuleType) -> None:
@@ -170,8 +183,19 @@ def test_a_fault_point_must_name_an_existing_method(factories: types.ModuleType)
     build_with(factories, lambda device: minimal_target(fault_points=points, lock=lock))
 
 
+def test_the_plugin_registers_no_target_and_reasyn_ref_its_three() -> None:
+    # What a user installs with the plugin alone: no target, so their one is the default.
+    assert registered_targets("pytest-cudagraph") == {}
+    assert registered_targets("reasyn-ref") == {
+        "reasyn": "reasyn_ref.targets.reference:make_target",
+        "reasyn-kv": "reasyn_ref.targets.kv:make_target",
+        "reasyn-lean": "reasyn_ref.targets.reference:make_lean_target",
+    }
+    # Whatever else this environment holds, reasyn-ref's targets are among the installed ones.
+    assert registered_targets("reasyn-ref").items() <= installed_targets().items()
+
+
 def test_the_installed_reference_is_valid_on_the_cpu() -> None:
-    assert installed_targets()["reasyn"] == "reasyn_ref.targets.reference:make_target"
     target = build_target("reasyn", CPU)
     assert target.device == CPU
     assert target.tolerance == Tolerance()
@@ -226,7 +250,19 @@ def test_the_installed_names_are_listed_from_the_command_line() -> None:
         text=True,
         check=True,
     )
-    assert "reasyn  reasyn_ref.targets.reference:make_target" in listed.stdout.splitlines()
+    installed = installed_targets()
+    assert installed, "the project's set-up installs reasyn-ref (pip install -e ./reasyn_ref)"
+    assert listed.stdout.splitlines() == [f"{name}  {value}" for name, value in installed.items()]
+
+
+def test_with_none_installed_the_listing_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_installed(monkeypatch, {})
+    targets.main()
+    assert capsys.readouterr().out == (
+        "no conformance targets installed (entry-point group pytest_cudagraph.targets)\n"
+    )
 
 
 def test_a_module_in_the_rootdir_imports_without_being_on_sys_path(
@@ -276,3 +312,111 @@ def test_the_spec_comes_from_option_then_env_then_ini(
     with pytest.raises(TargetError, match="NOT_CALLABLE is a int"):
         run_configured(pytester)
     assert chosen_target_spec(run_configured(pytester, "--cudagraph-target", "reasyn")) == "reasyn"
+
+
+# What a user sees when the target cannot be built, in a session of their own tests (the suite's
+# own sessions: tests/conformance/test_suite_on_cpu.py).
+
+USER_TESTS = """
+def test_before():
+    pass
+
+def test_uses_the_target(conformance_target):
+    pass
+
+def test_uses_it_again(conformance_target):
+    pass
+
+def test_after():
+    pass
+"""
+
+LOAD_CALL = "    return load_weights()"
+RAISE = '    raise RuntimeError("no weights here")'
+UNBUILDABLE = f"""
+import sys
+
+
+def make(device):
+{LOAD_CALL}
+
+
+def load_weights():
+{RAISE}
+
+
+def make_exiting(device):
+    sys.exit(3)
+"""
+
+
+@pytest.fixture
+def user_project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_mine=USER_TESTS, unbuildable=UNBUILDABLE)
+    pytester.syspathinsert()
+    return pytester
+
+
+@pytest.mark.parametrize(
+    ("installed", "problem"),
+    [
+        ({}, "none chosen and none installed; give --cudagraph-target module:factory"),
+        (
+            {"a": "pa:make", "b": "pb:make"},
+            "none chosen and 2 installed (a, b); choose one with --cudagraph-target NAME",
+        ),
+    ],
+    ids=["none installed", "two installed"],
+)
+def test_a_test_using_the_target_with_none_chosen_errors_alone(
+    user_project: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    installed: dict[str, str],
+    problem: str,
+) -> None:
+    fake_installed(monkeypatch, installed)
+    result = user_project.runpytest_inprocess(*plugin_arguments())
+    result.assert_outcomes(passed=2, errors=2)
+    result.stdout.fnmatch_lines([f"conformance target: {problem}"])
+    assert "!!!" not in result.stdout.str(), "the session was stopped"
+
+
+@pytest.mark.parametrize("factory", ["make", "make_exiting"])
+def test_a_factory_that_fails_errors_only_the_tests_using_it(
+    user_project: pytest.Pytester, factory: str
+) -> None:
+    result = user_project.runpytest_inprocess(
+        *plugin_arguments(), "--cudagraph-target", f"unbuildable:{factory}"
+    )
+    result.assert_outcomes(passed=2, errors=2)
+    output = result.stdout.str()
+    assert "AssertionError" not in output and "INTERNALERROR" not in output
+    assert "Traceback" not in output, "the traceback is shown only when asked for"
+
+
+@pytest.mark.parametrize("asked", [["--tb=long"], ["--tb=native"], ["--full-trace"]])
+def test_the_factory_traceback_names_the_users_file_and_line_when_asked(
+    user_project: pytest.Pytester, asked: list[str]
+) -> None:
+    result = user_project.runpytest_inprocess(
+        *plugin_arguments(), "--cudagraph-target", "unbuildable:make", *asked
+    )
+    result.assert_outcomes(passed=2, errors=2)
+    source = user_project.path / "unbuildable.py"
+    lines = source.read_text().splitlines()
+    call, raised = (lines.index(text) + 1 for text in (LOAD_CALL, RAISE))
+    # With --full-trace pytest prints the message as an exception's, each line after "E".
+    result.stdout.fnmatch_lines(
+        [
+            "*conformance target 'unbuildable:make': the factory raised RuntimeError: no weights here",
+            "*Traceback (most recent call last):",
+            f'*  File "{source}", line {call}, in make',
+            f"*{LOAD_CALL}",
+            f'*  File "{source}", line {raised}, in load_weights',
+            f"*{RAISE}",
+            "*RuntimeError: no weights here",
+        ]
+    )
+    # From the factory's own frame on, but with --full-trace from the call that made it too.
+    shows_the_call = "in build_target" in result.stdout.str()
+    assert shows_the_call == (asked == ["--full-trace"])

@@ -1,4 +1,5 @@
-"""pinned_stack: spec parsing, matching against a simulated stack, and the skip it causes."""
+"""pinned_stack: spec parsing, matching against a simulated stack, the skip it causes, and the
+header line that counts what runs."""
 
 from __future__ import annotations
 
@@ -9,18 +10,26 @@ import torch
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from pytest_cudagraph import settings
 from pytest_cudagraph.engines import stack
-from pytest_cudagraph.markers.pinned_stack import pinned_stack
+from pytest_cudagraph.markers.pinned_stack import NOTHING_PINNED, pinned_stack
 
-UPSTREAM = stack.parse_pinned_stack(stack.DEFAULT_PINNED_STACK)
+# A pin of every component: upstream ReaSyn's stack.
+UPSTREAM = stack.parse_pinned_stack(["python~=3.10.0", "torch~=2.7.0", "cuda~=11.8"])
 
 
-def test_default_pin_is_the_upstream_stack() -> None:
+def test_a_pin_names_each_component_with_its_specifiers() -> None:
     assert UPSTREAM == {
         "python": SpecifierSet("~=3.10.0"),
         "torch": SpecifierSet("~=2.7.0"),
         "cuda": SpecifierSet("~=11.8"),
     }
+
+
+def test_nothing_is_pinned_by_default(pytester: pytest.Pytester) -> None:
+    assert stack.DEFAULT_PINNED_STACK == ()
+    config = pytester.parseconfigure()
+    assert settings.snapshot(config).value(settings.PINNED_STACK) == {}
 
 
 def test_upstream_stack_matches() -> None:
@@ -166,4 +175,100 @@ def test_bad_pin_in_ini_is_a_usage_error(pytester: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["ERROR: ini cudagraph_pinned_stack=*: torch: '=2.7' is not a PEP 440 specifier set"]
+    )
+
+
+def test_a_bare_marker_with_nothing_pinned_skips_saying_how_to_pin(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(PINNED_TEST.format(arguments=""))
+    result = pytester.runpytest_inprocess("-rs")
+    result.assert_outcomes(skipped=1)
+    assert NOTHING_PINNED.startswith("pinned_stack: no pinned stack is configured; name it in ")
+    result.stdout.fnmatch_lines([f"SKIPPED [[]1[]] test_*.py:*: {NOTHING_PINNED}"])
+    result.stdout.fnmatch_lines(
+        ["cudagraph: 1 pinned_stack test(s), but no pinned stack is configured (*), so they skip"]
+    )
+
+
+def test_a_marker_with_its_own_pin_needs_nothing_configured(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(PINNED_TEST.format(arguments="(python='>=3')"))
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "cudagraph: 1 pinned_stack test(s), but no pinned stack is configured (*), so they "
+            "run (1 with a pin of their own)"
+        ]
+    )
+
+
+# Two tests: one with the session's pin, one with a pin of its own for Python.
+BARE_AND_OWN_PIN = """
+import pytest
+
+@pytest.mark.pinned_stack
+def test_session_pin():
+    pass
+
+@pytest.mark.pinned_stack(python="{own}")
+def test_own_pin():
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("session_pin", "own_pin", "outcomes", "header"),
+    [
+        (
+            "python<3",
+            ">=3",
+            {"passed": 1, "skipped": 1},
+            "are meant for python<3; this is not it (python * not <3), so 1 run and 1 skip "
+            "(1 with a pin of their own)",
+        ),
+        (
+            "python>=3",
+            "<3",
+            {"passed": 1, "skipped": 1},
+            "are meant for python>=3; this is it, so 1 run and 1 skip (1 with a pin of their own)",
+        ),
+        (
+            "python>=3",
+            ">=3",
+            {"passed": 2},
+            "are meant for python>=3; this is it, so they run (1 with a pin of their own)",
+        ),
+        (
+            "python<3",
+            "<2",
+            {"skipped": 2},
+            "are meant for python<3; this is not it (*), so they skip (1 with a pin of their own)",
+        ),
+    ],
+    ids=["own pin runs off stack", "own pin skips on stack", "all run", "all skip"],
+)
+def test_the_header_counts_what_runs_and_what_skips(
+    pytester: pytest.Pytester,
+    session_pin: str,
+    own_pin: str,
+    outcomes: dict[str, int],
+    header: str,
+) -> None:
+    pytester.makeini(f"[pytest]\ncudagraph_pinned_stack = {session_pin}")
+    pytester.makepyfile(BARE_AND_OWN_PIN.format(own=own_pin))
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(**outcomes)
+    result.stdout.fnmatch_lines([f"cudagraph: 2 pinned_stack test(s) {header}"])
+
+
+def test_with_stack_any_the_header_says_they_run_anyway(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(BARE_AND_OWN_PIN.format(own="<3"))
+    result = pytester.runpytest_inprocess("--cudagraph-stack=any")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "cudagraph: 2 pinned_stack test(s), but no pinned stack is configured (*); they run "
+            "anyway (--cudagraph-stack any)"
+        ]
     )

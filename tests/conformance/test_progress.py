@@ -1,0 +1,88 @@
+"""pytest_cudagraph.conformance.progress: when a long check says where it is, and where it says
+it (the terminal, past output capturing; nothing under -q or in xdist workers)."""
+
+from __future__ import annotations
+
+import pytest
+from suite_runner import plugin_arguments
+
+from pytest_cudagraph.conformance.progress import EVERY_S, QUIET_S, CheckProgress
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_quiet_at_first_then_at_most_every_few_seconds() -> None:
+    clock, lines = Clock(), []
+    progress = CheckProgress("parity", lines.append, clock=clock)
+    clock.now += QUIET_S - 0.1
+    progress("key 1")
+    assert lines == []
+    clock.now += 0.1
+    progress("key 2")
+    assert lines == [f"cudagraph: parity: key 2 ({QUIET_S:.0f} s)"]
+    clock.now += EVERY_S - 0.1
+    progress("key 3")
+    assert len(lines) == 1
+    clock.now += 0.1
+    progress("key 4")
+    assert lines[-1] == f"cudagraph: parity: key 4 ({QUIET_S + EVERY_S:.0f} s)"
+
+
+def test_without_a_writer_it_says_nothing() -> None:
+    clock = Clock()
+    progress = CheckProgress("parity", None, clock=clock, quiet_s=0)
+    progress("key 1")  # nothing to write to, nothing raised
+
+
+LONG_CHECK = """
+from pytest_cudagraph import results
+from pytest_cudagraph.conformance import suite
+from pytest_cudagraph.conformance.progress import check_progress
+
+
+def test_long(request):
+    progress = check_progress(request, quiet_s=0, every_s=0)
+    for key in range(3):
+        progress(f"key {key}")
+
+
+def test_labelled(request):
+    results.record(request.node, suite.CHECK, "bounded memory")
+    check_progress(request, quiet_s=0)("shape 1 of 24")
+"""
+
+
+@pytest.fixture
+def long_check(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    # Under `pytest -n` the inner run must not take itself for an xdist worker.
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    pytester.makepyfile(test_long_check=LONG_CHECK)
+    return pytester
+
+
+def test_a_long_check_says_where_it_is_past_output_capturing(long_check: pytest.Pytester) -> None:
+    result = long_check.runpytest_subprocess(*plugin_arguments())
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "cudagraph: test_long: key 0 (0 s)",
+            "cudagraph: test_long: key 1 (0 s)",
+            "cudagraph: test_long: key 2 (0 s)",
+            # A check of the suite goes by its name in the conformance table.
+            "cudagraph: bounded memory: shape 1 of 24 (0 s)",
+        ]
+    )
+
+
+@pytest.mark.parametrize("quiet", [["-q"], ["-n", "2"]], ids=["-q", "xdist"])
+def test_quiet_under_q_and_in_xdist_workers(long_check: pytest.Pytester, quiet: list[str]) -> None:
+    result = long_check.runpytest_subprocess(*plugin_arguments(), *quiet)
+    result.assert_outcomes(passed=2)
+    assert "cudagraph: test_long" not in result.stdout.str()
+    assert "cudagraph: bounded memory" not in result.stdout.str()
