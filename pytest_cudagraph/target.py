@@ -1,5 +1,5 @@
-"""Deprecated alias of ``pytest_cudagraph.conformance.target``, where this module moved in 0.4.0;
-the alias goes in 0.5.0. Importing it gives the moved module itself, so every name is the same
+"""Deprecated alias of ``pytest_cudagraph.conformance.target``, where this module moved in 0.3.0;
+the alias goes in 0.4.0. Importing it gives the moved module itself, so every name is the same
 object under both paths."""
 
 import sys
