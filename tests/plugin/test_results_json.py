@@ -51,7 +51,13 @@ def test_results_hold_records_stack_and_skips(
     assert results["format"] == 2
     [parity] = results["parity"]
     assert parity["nodeid"].endswith("::test_parity")
-    assert parity == {"nodeid": parity["nodeid"], "form": "cases", "checked": 4, "passed": 4}
+    assert parity == {
+        "nodeid": parity["nodeid"],
+        "form": "cases",
+        "checked": 4,
+        "passed": 4,
+        "failures": [],
+    }
     [memory] = results["memory"]
     assert memory["bound_mib"] == 16
     assert memory["growth_mib"] == pytest.approx(2.0)
