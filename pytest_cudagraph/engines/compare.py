@@ -75,7 +75,7 @@ class Mismatch:
         return f"atol {self.atol:g}, rtol {self.rtol:g}"
 
     def data(self) -> dict[str, object]:
-        """Plain data (it may travel from an xdist worker): complex and other values as text."""
+        """Plain data, as strict JSON holds it (it may travel from an xdist worker)."""
         return {
             "path": self.path,
             "detail": self.detail,
@@ -306,8 +306,8 @@ def _pending_tensors(
         tuple(expected.shape),
         flat.sum(),
         first_index,
-        expected.reshape(-1)[first_index].clone(),  # copies: later writes do not reach them
-        actual.reshape(-1)[first_index].clone(),
+        _element(expected, first_index),
+        _element(actual, first_index),
         gaps.masked_fill_(close, 0).max(),
         atol,
         rtol,
@@ -323,9 +323,24 @@ def _close(expected: torch.Tensor, actual: torch.Tensor, rtol: float, atol: floa
         if expected.is_floating_point() or expected.is_complex():
             same |= expected.isnan() & actual.isnan()
         return same
-    if expected.is_floating_point() or expected.is_complex():
+    if expected.is_complex():  # torch 2.7's isclose takes no equal_nan for complex values
+        close = torch.isclose(_widen(actual), _widen(expected), rtol=rtol, atol=atol)
+        return close | (expected.isnan() & actual.isnan())
+    if expected.is_floating_point():
         return torch.isclose(_widen(actual), _widen(expected), rtol=rtol, atol=atol, equal_nan=True)
     return _integers_close(expected, actual, rtol, atol)
+
+
+def _element(tensor: torch.Tensor, flat_index: torch.Tensor) -> torch.Tensor:
+    """A copy of the element at a flat index held on the device: indexing with it as an
+    integer would make the host wait for the device."""
+    import torch
+
+    # torch.take has no kernel for the wider unsigned types: read their bits as signed ones.
+    signed = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
+    if tensor.dtype in signed:
+        return torch.take(tensor.view(signed[tensor.dtype]), flat_index).view(tensor.dtype)
+    return torch.take(tensor, flat_index)
 
 
 def _integers_close(
@@ -404,6 +419,8 @@ def _differences(expected: Any, actual: Any) -> tuple[float | int, float]:
     except OverflowError:
         return math.inf, math.inf
     magnitude = abs(expected)
+    if _is_nan(gap):
+        return gap, math.nan
     if magnitude == 0:
         return gap, 0.0 if gap == 0 else math.inf
     try:
@@ -434,4 +451,8 @@ def _figure(value: object) -> str:
 
 
 def _plain(value: object) -> object:
+    """``value`` as JSON holds it: an infinity, NaN, a complex number or any other value as
+    text (strict JSON has no Infinity or NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
     return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)

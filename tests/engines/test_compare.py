@@ -287,6 +287,11 @@ def test_mismatch_data_is_plain_json() -> None:
         },
     ]
     assert Mismatch("output", "x").data()["first_index"] is None
+    [infinite] = compare_outputs(torch.tensor([0.0]), torch.tensor([math.nan]))
+    assert (infinite.data()["graphed"], infinite.data()["rel_diff"]) == ("nan", "nan")
+    [relative] = compare_outputs(torch.tensor([0.0]), torch.tensor([1.0]))
+    assert relative.data()["rel_diff"] == "inf"
+    assert json.loads(json.dumps(relative.data(), allow_nan=False))["abs_diff"] == 1.0
 
 
 # Pending comparisons
