@@ -106,10 +106,7 @@ class FaultInjector:
         The attempt is made from another thread, so a re-entrant lock still held by this
         thread counts as held.
         """
-        methods = [
-            method for method in ("acquire", "release") if callable(getattr(lock, method, None))
-        ]
-        if len(methods) < 2:
+        if not all(callable(getattr(lock, method, None)) for method in ("acquire", "release")):
             raise TypeError(
                 f"fault_injector: lock must be a lock with acquire() and release() (threading "
                 f"or multiprocessing), got {lock!r}"
