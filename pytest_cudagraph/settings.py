@@ -25,35 +25,51 @@ from types import MappingProxyType
 import pytest
 from packaging.version import Version
 
-from pytest_cudagraph.engines import stack
+from pytest_cudagraph.engines import devices, rng, stack
 
 # pytest 9.2 takes type expressions (``int``, ``float | str``) for ini keys, so that a native
 # TOML number or list is accepted; older versions read every key here as a string.
 TYPED_INI = Version(pytest.__version__).release >= (9, 2)
 
-# Seeds are handed to torch.manual_seed (at most 2**64 - 1) as seed + case number.
-MAX_SEED = 2**63 - 1
+# Case k runs under torch.manual_seed(seed + k): half of torch's seed range is left for k.
+MAX_SEED = rng.MAX_SEED // 2
 UNITS = {"KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
 
 
 def check_seed(value: object) -> int:
-    """An int in [0, 2**63 - 1]: case k runs under torch.manual_seed(seed + k), which takes
-    at most 2**64 - 1."""
+    """An int in [0, MAX_SEED]: case k runs under torch.manual_seed(seed + k), which takes
+    at most rng.MAX_SEED. TypeError for a value that is not an integer."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"seed must be an integer, got {value!r}")
+        raise TypeError(f"seed must be an integer, got {value!r}")
     if not 0 <= value <= MAX_SEED:
         raise ValueError(
-            f"seed must be in [0, 2**63 - 1] (case k runs under torch.manual_seed(seed + k)), "
-            f"got {value}"
+            f"seed must be in [0, 2**{MAX_SEED.bit_length()} - 1] (case k runs under "
+            f"torch.manual_seed(seed + k)), got {value}"
         )
     return value
 
 
 def parse_seed(value: object) -> int:
-    """A seed given as an int or as a string of digits."""
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    return check_seed(value)
+    """A seed given as an int or as a string of an integer."""
+    return check_seed(_integer(value, "seed"))
+
+
+def parse_case(value: object) -> int:
+    """A case number (>= 0) given as an int or as a string of an integer."""
+    case = _integer(value, "case")
+    if case < 0:
+        raise ValueError(f"case must be a case number >= 0, got {case}")
+    return case
+
+
+def _integer(value: object, name: str) -> int:
+    """An int, or the int a string spells (signs allowed, so that -1 is out of range rather
+    than not a number); ValueError for anything else."""
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    return value
 
 
 def parse_mib(value: object) -> float:
@@ -124,11 +140,17 @@ class Setting:
 
 
 def _device_index(value: object) -> int:
-    """``cuda:N`` or ``N`` -> N."""
-    match = re.fullmatch(r"(?:cuda:)?(\d+)", as_text(value).strip())
+    """``cuda:N`` or ``N`` -> N, with N a device index torch holds."""
+    match = re.fullmatch(r"(?:cuda:)?([0-9]+)", as_text(value).strip())
     if match is None:
         raise ValueError("expected cuda:N or N")
-    return int(match.group(1))
+    index = int(match.group(1))
+    if index > devices.MAX_DEVICE_INDEX:
+        raise ValueError(
+            f"expected cuda:N or N with N at most {devices.MAX_DEVICE_INDEX}, the largest "
+            f"device index torch holds; got {index}"
+        )
+    return index
 
 
 DEVICE = Setting(
@@ -161,10 +183,19 @@ STRAY_CONTEXTS = Setting(
 )
 SEED = Setting(
     "seed",
-    "seed of the RNG under which cuda_graph_parity runs both sides, in [0, 2**63 - 1]",
+    "seed of the RNG under which cuda_graph_parity runs both sides, in "
+    f"[0, 2**{MAX_SEED.bit_length()} - 1]",
     default="0",
     parse=parse_seed,
     ini_type=int | str if TYPED_INI else str,
+)
+CASE = Setting(
+    "case",
+    "run only case K of each graph_parity.check (under seed + K), as a failure's rerun "
+    "command does",
+    parse=parse_case,
+    ini_type=int | str if TYPED_INI else str,
+    metavar="K",
 )
 MEMORY_BOUND = Setting(
     "memory_bound",
@@ -218,6 +249,7 @@ SETTINGS: tuple[Setting, ...] = (
     PINNED_STACK,
     STRAY_CONTEXTS,
     SEED,
+    CASE,
     MEMORY_BOUND,
     JSON,
     TARGET,

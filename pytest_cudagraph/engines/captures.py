@@ -66,7 +66,7 @@ class CaptureCounter:
         # id(graph) -> index of its latest capture in _captures, where its replays count. By
         # id, as not every graph class takes weak references; a capture rebinds a reused id.
         self._latest: dict[int, int] = {}
-        self._keys: list[Hashable] = []
+        self._keys = threading.local()  # each thread's stack of keys (``key``)
         self._patched: dict[str, tuple[object, object]] = {}
         self._active = False
 
@@ -94,13 +94,21 @@ class CaptureCounter:
 
     @contextmanager
     def key(self, key: Hashable) -> Iterator[None]:
-        """Label the captures that begin inside this block with ``key``."""
+        """Label the captures that this thread begins inside this block with ``key`` (each
+        thread has its own keys, so a key set in one never labels another's captures)."""
         hash(key)  # a TypeError here, before any work, names an unhashable key
-        self._keys.append(key)
+        stack = self._key_stack()
+        stack.append(key)
         try:
             yield
         finally:
-            self._keys.pop()
+            stack.pop()
+
+    def _key_stack(self) -> list[Hashable]:
+        stack = getattr(self._keys, "stack", None)
+        if stack is None:
+            stack = self._keys.stack = []
+        return stack
 
     @property
     def captures(self) -> list[Capture]:
@@ -147,7 +155,8 @@ class CaptureCounter:
         return counted
 
     def _on_capture_begin(self, original: Callable[..., object], graph: object, *a, **k) -> object:
-        key = self._keys[-1] if self._keys else None
+        stack = self._key_stack()
+        key = stack[-1] if stack else None
         self._started[id(graph)] = (time.perf_counter(), key)
         try:
             return original(graph, *a, **k)

@@ -18,6 +18,10 @@ from pytest_cudagraph.engines.units import MiB
 if TYPE_CHECKING:
     import torch
 
+# The largest device index torch.device holds in every supported torch: an 8-bit signed
+# integer in torch 2.7, so larger ones wrap (128 became cuda:-128, 256 cuda:0).
+MAX_DEVICE_INDEX = 127
+
 
 @dataclass(frozen=True)
 class NvmlStatus:
@@ -76,6 +80,15 @@ class DeviceBinding:
 
     index: int
     how: str
+
+    def __post_init__(self) -> None:
+        if isinstance(self.index, bool) or not isinstance(self.index, int):
+            raise TypeError(f"a device index must be an integer, got {self.index!r}")
+        if not 0 <= self.index <= MAX_DEVICE_INDEX:
+            raise ValueError(
+                f"a device index must be in [0, {MAX_DEVICE_INDEX}] (torch's device index), "
+                f"got {self.index}"
+            )
 
     @property
     def device(self) -> torch.device:

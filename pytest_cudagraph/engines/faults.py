@@ -51,12 +51,33 @@ class FaultInjector:
         exc: BaseException | type[BaseException] | None = None,
     ) -> InjectedFault:
         """Make ``target.name(...)`` raise ``exc`` on its ``on_call``-th call; other calls go
-        through. The default ``exc`` is a RuntimeError saying which call was injected."""
-        if not isinstance(on_call, int) or isinstance(on_call, bool) or on_call < 1:
-            raise ValueError(f"on_call must be an integer >= 1, got {on_call!r}")
+        through. The default ``exc`` is a RuntimeError saying which call was injected.
+
+        Refused before anything is patched: a name that is not a string or names no callable
+        attribute of ``target``, an ``on_call`` that is not an integer >= 1, an ``exc`` that is
+        neither an exception nor an exception class."""
+        if not isinstance(name, str):
+            raise TypeError(f"fault_injector: name must be a string, got {name!r}")
+        if isinstance(on_call, bool) or not isinstance(on_call, int):
+            raise TypeError(f"fault_injector: on_call must be an integer, got {on_call!r}")
+        if on_call < 1:
+            raise ValueError(f"fault_injector: on_call must be an integer >= 1, got {on_call!r}")
+        exception_class = isinstance(exc, type) and issubclass(exc, BaseException)
+        if exc is not None and not (isinstance(exc, BaseException) or exception_class):
+            raise TypeError(
+                f"fault_injector: exc must be an exception or an exception class, got {exc!r}"
+            )
+        owner = getattr(target, "__name__", type(target).__name__)
+        if not hasattr(target, name):
+            raise AttributeError(f"fault_injector: {owner} has no attribute {name!r} to fail")
+        original = getattr(target, name)
+        if not callable(original):
+            raise TypeError(
+                f"fault_injector: {owner}.{name} is not callable (a "
+                f"{type(original).__name__}); only a call can be made to fail"
+            )
         if exc is None:
             exc = RuntimeError(f"injected fault on call {on_call} of {name}")
-        original = getattr(target, name)
         fault = InjectedFault(target, name, on_call, exc)
 
         def injected(*args: object, **kwargs: object) -> object:
@@ -85,18 +106,33 @@ class FaultInjector:
         The attempt is made from another thread, so a re-entrant lock still held by this
         thread counts as held.
         """
-        acquired: list[bool] = []
+        if not all(callable(getattr(lock, method, None)) for method in ("acquire", "release")):
+            raise TypeError(
+                f"fault_injector: lock must be a lock with acquire() and release() (threading "
+                f"or multiprocessing), got {lock!r}"
+            )
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"fault_injector: name must be a string or None, got {name!r}")
+        outcome: list[object] = []
 
         def try_acquire() -> None:
-            taken = lock.acquire(False)
-            if taken:
-                lock.release()
-            acquired.append(taken)
+            try:
+                taken = lock.acquire(False)
+                if taken:
+                    lock.release()
+                outcome.append(bool(taken))
+            except Exception as error:  # reported from the caller's thread
+                outcome.append(error)
 
         probe = threading.Thread(target=try_acquire, name="cudagraph-lock-probe")
         probe.start()
         probe.join()
-        if not acquired[0]:
+        if isinstance(outcome[0], Exception):
+            raise TypeError(
+                f"fault_injector: {lock!r} is not a lock that can be tried without waiting: "
+                f"acquire(False) raised {outcome[0]!r}"
+            ) from outcome[0]
+        if not outcome[0]:
             after = "; ".join(fault.describe() for fault in self.faults if fault.raised)
             raise AssertionError(
                 f"fault_injector: {name or repr(lock)} is still held"

@@ -22,14 +22,19 @@ if TYPE_CHECKING:
 _TORCH_SYNC_ERROR = "called a synchronizing CUDA operation"
 
 
+class HostSyncError(AssertionError):
+    """The block made the host wait for the device; torch's own error is its ``__cause__``.
+    An AssertionError, so that a block's ``except RuntimeError`` does not swallow it."""
+
+
 @contextmanager
 def host_syncs_fail(device: torch.device | None = None) -> Iterator[None]:
-    """Run the block in sync debug mode "error"; the previous mode is restored, also on failure.
+    """Run the block in sync debug mode "error", turning a synchronizing call into a
+    ``HostSyncError``; the previous mode is restored, also on failure.
 
     On a non-CUDA ``device``, or where torch has no CUDA, there is no device to wait for and
     the block runs as it is.
     """
-    import pytest
     import torch
 
     if (device is not None and device.type != "cuda") or not torch.cuda.is_available():
@@ -42,7 +47,7 @@ def host_syncs_fail(device: torch.device | None = None) -> Iterator[None]:
     except RuntimeError as error:
         if _TORCH_SYNC_ERROR not in str(error):
             raise
-        raise pytest.fail.Exception(
+        raise HostSyncError(
             "no_host_sync: the test body synchronized the host with the device, so this code "
             f"is not capture-clean (torch: {error})"
         ) from error

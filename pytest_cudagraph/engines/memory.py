@@ -15,6 +15,7 @@ imported when a probe is made, so loading the plugin costs nothing.
 from __future__ import annotations
 
 import gc
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -135,12 +136,33 @@ class MemoryVerdict:
     warning: str = ""
 
 
+def check_bound_mib(bound_mib: object) -> float:
+    """``bound_mib`` when it is a finite number of MiB >= 0."""
+    if isinstance(bound_mib, bool) or not isinstance(bound_mib, (int, float)):
+        raise TypeError(
+            f"bound_mib must be a number of MiB, got {bound_mib!r} (a size with a unit, such as "
+            "'16MiB', is for the marker and the setting)"
+        )
+    try:
+        finite = math.isfinite(bound_mib)
+    except OverflowError:  # an integer past what a float holds
+        finite = False
+    if not (finite and bound_mib >= 0):
+        raise ValueError(f"bound_mib must be a finite number >= 0, got {bound_mib!r}")
+    return float(bound_mib)
+
+
 def judge_growth(report: MemoryReport, bound_mib: float) -> MemoryVerdict:
     """Growth over the bound fails; the reason is one line with the figures that matter.
 
     The driver's figure (NVML) decides. Live tensors that grew past the bound while the
     process did not (memory the allocator already held, reused) give a warning only.
+    ``bound_mib`` is a finite number >= 0 (a size with a unit is the marker's and the
+    setting's business: ``settings.parse_mib``).
     """
+    if not isinstance(report, MemoryReport):
+        raise TypeError(f"report must be a MemoryReport, got {report!r}")
+    check_bound_mib(bound_mib)
     figures = report.figures()
     growth_mib = report.growth / MiB
     passed = growth_mib <= bound_mib
@@ -221,6 +243,7 @@ class MemoryMeasurement:
         collection, which replaces ``after`` in the report (the young one is kept as
         ``young_after``).
         """
+        check_bound_mib(bound_mib)
         if self.report is None:
             raise RuntimeError("no report to judge: the measured block has not ended normally")
         verdict = judge_growth(self.report, bound_mib)

@@ -1,229 +1,100 @@
 """cuda_graph_parity: prove that a graphed callable computes what its eager twin computes.
 
-Two forms share one comparison engine (``compare_outputs``):
+Two forms share one comparison engine (pytest_cudagraph.engines.compare):
 
 - ``ParityChecker.check(eager, graphed, make_inputs, cases)``: for each case both sides get
-  fresh inputs built from identically seeded generators and run under identical RNG
-  (CPU and CUDA generators forked and seeded alike); every output is compared.
+  fresh inputs of their own built from identically seeded generators and run under identical
+  RNG (CPU and CUDA generators forked and seeded alike); every output is compared, the eager
+  one as it was when eager returned, the graphed one as it was when graphed returned.
 - ``ParityChecker.run_toggled(body, toggle)``: a whole test body runs with an environment
   toggle "0" and then "1" under identical RNG; what it ``record()``-ed is compared.
 
-A graphed output must also own its memory (``storage_overlaps``): one that shares storage
-with the call's inputs, the eager output or an earlier call's output is a mismatch.
-The engine runs on any device, CPU included; requiring CUDA is the fixture's business.
-torch is imported when the engine is used, so loading the plugin costs nothing.
+A graphed output must also own its memory (pytest_cudagraph.engines.storage). The engine runs
+on any device, CPU included; requiring CUDA is the fixture's business. torch is imported when
+the engine is used, so loading the plugin costs nothing.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
+import itertools
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import re
+import threading
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pytest_cudagraph.engines import rng, trees
+from pytest_cudagraph.engines.compare import (
+    Mismatch,
+    PendingValues,
+    check_tolerances,
+    compare_outputs,
+    pending_comparison,
+    settle_comparisons,
+)
 from pytest_cudagraph.engines.hostsync import host_syncs_allowed
+from pytest_cudagraph.engines.storage import (
+    EarlierOutputs,
+    overlapping,
+    storage_extents,
+    storage_overlaps,
+)
+from pytest_cudagraph.engines.units import GiB
 
 if TYPE_CHECKING:
     import torch
 
 # Case k is seeded with seed + k.
 MAX_SEED = rng.MAX_SEED
+# A count past this is a typo or a loop bound: at a millisecond a case it would run for hours.
+MAX_CASES = 1_000_000
+# Earlier graphed outputs a check keeps alive for the storage rule, at most (bytes).
+DEFAULT_OUTPUT_BUDGET = GiB
+# Tensor comparisons queued on the device before a check reads them: past this many it reads
+# those it holds (one synchronization), so a long check keeps a bounded number of them.
+PENDING_LIMIT = 1024
+NOTHING_COMPARED = (
+    "nothing compared: no case's eager output holds an element (only empty tensors, empty "
+    "containers or None), so no value was checked"
+)
+_TOGGLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-@dataclass(frozen=True)
-class Mismatch:
-    """One output that differs. Value differences carry the index and size fields."""
-
-    path: str
-    detail: str = ""
-    first_index: tuple[int, ...] | None = None
-    max_abs_diff: float | None = None
-    differing: int | None = None
-    numel: int | None = None
-
-    def describe(self) -> str:
-        if self.first_index is None:
-            return f"{self.path}: {self.detail}"
-        return (
-            f"{self.path} at index {self.first_index}: max |diff| {self.max_abs_diff:.4g} "
-            f"over {self.differing} of {self.numel} elements"
+def check_toggle(toggle: object) -> str:
+    """``toggle`` when it names an environment variable the way a shell writes one: letters,
+    digits and underscores, not starting with a digit (so no space or newline around it)."""
+    if not isinstance(toggle, str):
+        raise TypeError(f"toggle must name an environment variable, got {toggle!r}")
+    if _TOGGLE_NAME.fullmatch(toggle) is None:
+        raise ValueError(
+            "toggle must name an environment variable: letters, digits and underscores, not "
+            f"starting with a digit, with no space or newline around it; got {toggle!r}"
         )
-
-
-def compare_outputs(
-    expected: object,
-    actual: object,
-    *,
-    rtol: float = 0.0,
-    atol: float = 0.0,
-    path: str = "output",
-    sides: tuple[str, str] = ("eager", "graphed"),
-) -> list[Mismatch]:
-    """Every difference between two outputs, walking tuples, lists and dicts.
-
-    Tensors must agree in shape, dtype and values (``|a - b| <= atol + rtol * |b|``, NaN
-    equal to NaN; exact when both tolerances are 0); other leaves are compared with ``==``.
-    """
-    pending = pending_comparison(expected, actual, rtol=rtol, atol=atol, path=path, sides=sides)
-    return settle_comparison(pending)
-
-
-def pending_comparison(
-    expected: object,
-    actual: object,
-    *,
-    rtol: float = 0.0,
-    atol: float = 0.0,
-    path: str = "output",
-    sides: tuple[str, str] = ("eager", "graphed"),
-) -> list[Mismatch | PendingValues]:
-    """``compare_outputs`` without waiting for the device: the differences found on the host,
-    and for each pair of tensors their value comparison still on the device
-    (``settle_comparison`` reads them, with one synchronization for many cases)."""
-    import torch
-
-    first, second = sides
-    if isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor):
-        pending = _pending_tensors(expected, actual, rtol, atol, path, sides)
-        return [] if pending is None else [pending]
-    if isinstance(expected, Mapping) and isinstance(actual, Mapping):
-        found: list[Mismatch | PendingValues] = []
-        if expected.keys() != actual.keys():
-            only_first = sorted(expected.keys() - actual.keys(), key=repr)
-            only_second = sorted(actual.keys() - expected.keys(), key=repr)
-            found.append(
-                Mismatch(path, f"keys {only_first} only in {first}, {only_second} only in {second}")
-            )
-        for key in expected.keys() & actual.keys():
-            found += pending_comparison(
-                expected[key],
-                actual[key],
-                rtol=rtol,
-                atol=atol,
-                path=f"{path}[{key!r}]",
-                sides=sides,
-            )
-        return found
-    if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
-        if len(expected) != len(actual):
-            return [Mismatch(path, f"length {len(expected)} in {first}, {len(actual)} in {second}")]
-        found = []
-        for index, (one, other) in enumerate(zip(expected, actual, strict=True)):
-            found += pending_comparison(
-                one, other, rtol=rtol, atol=atol, path=f"{path}[{index}]", sides=sides
-            )
-        return found
-    # Values compared by walking into them rather than with ==.
-    structures = (torch.Tensor, Mapping, list, tuple)
-    if isinstance(expected, structures) or isinstance(actual, structures):
-        kinds = f"{type(expected).__name__} in {first}, {type(actual).__name__} in {second}"
-        return [Mismatch(path, kinds)]
-    if _leaves_equal(expected, actual, rtol, atol):
-        return []
-    return [Mismatch(path, f"{expected!r} in {first}, {actual!r} in {second}")]
-
-
-@dataclass(frozen=True)
-class PendingValues:
-    """Two same-shaped tensors' value comparison, queued on their device: which elements
-    differ and how many (nothing read until ``mismatch()``). A pair that differs gets its
-    first index and largest difference when read; the tensors are kept until then, and the
-    largest difference is taken from what they hold then (an output overwritten after its
-    call breaks the storage rule, which reports it)."""
-
-    path: str
-    expected: torch.Tensor
-    actual: torch.Tensor
-    differs: torch.Tensor
-    differing: torch.Tensor
-
-    def mismatch(self) -> Mismatch | None:
-        import torch
-
-        differing = int(self.differing)
-        if differing == 0:
-            return None
-        flat = int(self.differs.flatten().to(torch.uint8).argmax())  # the first True
-        index = []
-        for size in reversed(self.differs.shape):
-            flat, position = divmod(flat, size)
-            index.append(position)
-        gaps = (_widen(self.expected) - _widen(self.actual)).abs()
-        largest = float(torch.where(self.differs, gaps, 0).max())
-        numel = self.differs.numel()
-        return Mismatch(self.path, "", tuple(reversed(index)), largest, differing, numel)
-
-
-def settle_comparison(found: Iterable[Mismatch | PendingValues]) -> list[Mismatch]:
-    """The mismatches of a ``pending_comparison``, its device figures read."""
-    settled = []
-    for item in found:
-        mismatch = item.mismatch() if isinstance(item, PendingValues) else item
-        if mismatch is not None:
-            settled.append(mismatch)
-    return settled
-
-
-def _pending_tensors(
-    expected: torch.Tensor,
-    actual: torch.Tensor,
-    rtol: float,
-    atol: float,
-    path: str,
-    sides: tuple[str, str],
-) -> Mismatch | PendingValues | None:
-    first, second = sides
-    if expected.shape != actual.shape:
-        return Mismatch(
-            path, f"shape {tuple(expected.shape)} in {first}, {tuple(actual.shape)} in {second}"
-        )
-    if expected.dtype != actual.dtype:
-        return Mismatch(path, f"dtype {expected.dtype} in {first}, {actual.dtype} in {second}")
-    if expected.numel() == 0:
-        return None
-    expected, actual = expected.detach(), actual.detach().to(expected.device)
-    differs = ~_close(expected, actual, rtol, atol)
-    return PendingValues(path, expected, actual, differs, differs.sum())
-
-
-def _close(expected: torch.Tensor, actual: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
-    import torch
-
-    if rtol == 0 and atol == 0:
-        same = expected == actual
-        if expected.is_floating_point() or expected.is_complex():
-            same |= expected.isnan() & actual.isnan()
-        return same
-    return torch.isclose(_widen(expected), _widen(actual), rtol=rtol, atol=atol, equal_nan=True)
-
-
-def _widen(tensor: torch.Tensor) -> torch.Tensor:
-    import torch
-
-    return tensor.to(torch.complex128 if tensor.is_complex() else torch.float64)
-
-
-def _leaves_equal(expected: object, actual: object, rtol: float, atol: float) -> bool:
-    if isinstance(expected, float) and isinstance(actual, float):
-        both_nan = math.isnan(expected) and math.isnan(actual)
-        return both_nan or math.isclose(expected, actual, rel_tol=rtol, abs_tol=atol)
-    return bool(expected == actual)
+    return toggle
 
 
 @dataclass(frozen=True)
 class CaseOutcome:
-    """One case (or, in the toggle form, the pair of runs) and what differed in it."""
+    """One case (or, in the toggle form, the pair of runs) and what differed in it; ``seed``
+    is the seed it ran under, ``rerun`` a command that runs it alone ("" when none is known)."""
 
     title: str
     input_shapes: tuple[str, ...]
     mismatches: tuple[Mismatch, ...]
+    seed: int | None = None
+    rerun: str = ""
 
     @property
     def passed(self) -> bool:
         return not self.mismatches
+
+    def data(self) -> dict[str, object]:
+        """A failing case as plain data: its title and each mismatch with the seed."""
+        mismatches = [{**mismatch.data(), "seed": self.seed} for mismatch in self.mismatches]
+        return {"title": self.title, "mismatches": mismatches}
 
 
 @dataclass(frozen=True)
@@ -250,7 +121,8 @@ class ParityResult:
         return not self.failures
 
     def reason(self) -> str:
-        """One line naming the first failing case and its first difference ("" when ok)."""
+        """One line naming the first failing case, its first difference, its seed and how to
+        rerun it ("" when ok)."""
         if self.ok:
             return ""
         first = self.failures[0]
@@ -260,95 +132,41 @@ class ParityResult:
             line += f" (and {len(first.mismatches) - 1} more)"
         if first.input_shapes:
             line += "; input shapes: " + ", ".join(first.input_shapes)
+        if first.seed is not None:
+            line += f"; seed {first.seed}"
         if len(self.failures) > 1:
             line += f"; {len(self.failures)} of {self.checked} cases differ"
+        if first.rerun:
+            line += f"; rerun: {first.rerun}"
         return line
 
     def details(self) -> str:
         """Every failing case and every difference in it (the "cudagraph parity" section)."""
         lines = []
         for outcome in self.failures:
-            shapes = ", ".join(outcome.input_shapes)
-            lines.append(
-                f"{outcome.title} (input shapes: {shapes}):" if shapes else f"{outcome.title}:"
-            )
+            header = outcome.title
+            if outcome.seed is not None:
+                header += f", seed {outcome.seed}"
+            if outcome.input_shapes:
+                header += f" (input shapes: {', '.join(outcome.input_shapes)})"
+            lines.append(f"{header}:")
             lines += [f"    {mismatch.describe()}" for mismatch in outcome.mismatches]
+            if outcome.rerun:
+                lines.append(f"    rerun: {outcome.rerun}")
         lines.append(f"{self.passed} of {self.checked} match")
         return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class StorageOverlap:
-    """A graphed output tensor whose memory is also another tensor's."""
-
-    output: str
-    other: str
-
-    def describe(self) -> str:
-        return f"{self.output} shares storage with {self.other}"
-
-
-def storage_overlaps(
-    output: object, others: Mapping[str, object], *, path: str = "output"
-) -> list[StorageOverlap]:
-    """Each tensor in ``output`` whose storage overlaps the storage of a tensor in one of
-    ``others`` (keys describe them, e.g. "eager output"); views count, as they share storage.
-
-    A graphed output that shares memory with its inputs, with the eager result or with an
-    output kept from an earlier call is overwritten by the next replay (or makes a parity
-    check compare a tensor with itself), so the caller must get memory of its own.
-    """
-    extents = [extent for name, value in others.items() for extent in _storage_extents(value, name)]
-    return _overlapping(output, extents, path=path)
-
-
-_Extent = tuple[str, int, int]  # (device, first byte, end) of a tensor's whole storage
-
-
-def _storage_extents(value: object, name: str) -> list[tuple[str, _Extent]]:
-    """(path, extent) of each tensor in ``value`` that has storage; paths start at ``name``."""
-    found = []
-    for path, tensor in trees.tensors(value, name):
-        extent = _storage_extent(tensor)
-        if extent is not None:
-            found.append((path, extent))
-    return found
-
-
-def _overlapping(
-    output: object, extents: Iterable[tuple[str, _Extent]], *, path: str = "output"
-) -> list[StorageOverlap]:
-    """``storage_overlaps`` against extents taken earlier (``_storage_extents``)."""
-    extents = list(extents)
-    found = []
-    for output_path, tensor in trees.tensors(output, path):
-        mine = _storage_extent(tensor)
-        if mine is None:
-            continue
-        for other_path, theirs in extents:
-            if mine[0] == theirs[0] and mine[1] < theirs[2] and theirs[1] < mine[2]:
-                found.append(StorageOverlap(output_path, other_path))
-    return found
-
-
-def _storage_extent(tensor: torch.Tensor) -> _Extent | None:
-    """The tensor's storage extent; None when it has none."""
-    import torch
-
-    if tensor.layout != torch.strided or tensor.device.type == "meta":
-        return None
-    storage = tensor.untyped_storage()
-    if storage.nbytes() == 0:
-        return None
-    return str(tensor.device), storage.data_ptr(), storage.data_ptr() + storage.nbytes()
 
 
 class ParityChecker:
     """The parity engine; ``on_result`` sees each result (the fixture fails the test there).
 
     ``seed`` seeds case k with ``seed + k``: the generator handed to ``make_inputs`` and the
-    global CPU and CUDA generators while each side runs. ``comparisons`` counts the cases
-    compared so far (a toggled run pair is one), so a caller can tell that nothing was.
+    global CPU and CUDA generators while each side runs. ``only_case`` runs case k of every
+    check alone (what a failure's rerun command asks for); ``rerun(seed, case)`` makes that
+    command (``case`` None for a toggled run pair). ``output_budget_bytes`` bounds the earlier
+    outputs a check keeps alive for the storage rule. ``comparisons`` counts the cases compared
+    so far (a toggled run pair is one) and ``running`` the checks in progress, so a caller can
+    tell that nothing was compared, or that a check has not finished.
     """
 
     def __init__(
@@ -356,6 +174,10 @@ class ParityChecker:
         device: torch.device | str,
         seed: int = 0,
         on_result: Callable[[ParityResult], None] | None = None,
+        *,
+        only_case: int | None = None,
+        rerun: Callable[[int, int | None], str] | None = None,
+        output_budget_bytes: int = DEFAULT_OUTPUT_BUDGET,
     ) -> None:
         import torch
 
@@ -363,17 +185,33 @@ class ParityChecker:
             raise TypeError(f"seed must be an integer, got {seed!r}")
         if not 0 <= seed <= MAX_SEED:
             raise ValueError(f"seed must be between 0 and 2**64 - 1, got {seed!r}")
+        for name, function in (("on_result", on_result), ("rerun", rerun)):
+            if function is not None and not callable(function):
+                raise TypeError(f"{name} must be callable or None, got {function!r}")
+        if only_case is not None:
+            _check_count("only_case", only_case)
+        _check_count("output_budget_bytes", output_budget_bytes)
         device = torch.device(device)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self.seed = seed
+        self.only_case = only_case
+        self.output_budget_bytes = output_budget_bytes
         self.comparisons = 0
         self._on_result = on_result
+        self._rerun = rerun
+        self._running = 0
+        self._lock = threading.Lock()
         self._recording: dict[str, list[object]] | None = None
         # What each toggled run recorded, uncopied (path -> value): kept alive until the
         # comparison, so that memory freed and handed out again never looks shared.
         self._recorded: dict[str, object] = {}
+
+    @property
+    def running(self) -> int:
+        """How many checks (or toggled runs) have started and not finished."""
+        return self._running
 
     def check(
         self,
@@ -384,66 +222,117 @@ class ParityChecker:
         *,
         rtol: float = 0.0,
         atol: float = 0.0,
+        key_of: Callable[[object], Hashable] | None = None,
     ) -> ParityResult:
         """Run both callables on every case and compare all outputs.
 
         ``make_inputs(generator, case)`` returns the inputs of one call: a dict (keyword
-        arguments), a tuple or list (positional arguments) or a single value. ``cases`` is a
-        count (cases 0..n-1) or the case values themselves, e.g. a list of shapes; it must
-        name at least one case. A graphed output sharing storage with that call's inputs,
-        the eager output or an earlier case's graphed output (all kept until the check
-        ends) is a mismatch too.
+        arguments), a tuple or list (positional arguments) or a single value; it is called
+        once per side, and the two sides' tensors must not share memory. ``cases`` is a count
+        (cases 0..n-1) or the case values themselves, e.g. a list of shapes; it must name at
+        least one case. ``key_of(inputs)``, when given, names each case's key in the report.
+        The eager output is copied when eager returns and the graphed one compared when it
+        returns, so that neither side's later writes reach the comparison. A graphed output
+        sharing storage with that call's inputs, the eager output or an earlier case's
+        graphed output is a mismatch too.
         """
+        for name, function in (
+            ("eager", eager),
+            ("graphed", graphed),
+            ("make_inputs", make_inputs),
+        ):
+            if not callable(function):
+                raise TypeError(f"{name} must be callable, got {function!r}")
+        if key_of is not None and not callable(key_of):
+            raise TypeError(f"key_of must be callable or None, got {key_of!r}")
+        rtol, atol = check_tolerances(rtol, atol)
         case_values = self._case_values(cases)
-        compared = []
-        # Kept until the check ends, so that memory freed and handed out again never looks
-        # shared; their extents are taken once.
-        kept_outputs: list[object] = []
-        kept_extents: list[tuple[str, _Extent]] = []
-        with rng.restored(self.device):
-            for index, case in enumerate(case_values):
-                seed = self.seed + index
+        indices = self._indices(len(case_values))
+        earlier = EarlierOutputs(self.output_budget_bytes)
+        unread: list[_Compared] = []
+        outcomes: list[CaseOutcome] = []
+        elements = 0
+        with self._counted(), rng.restored(self.device):
+            for index in indices:
+                case, seed = case_values[index], self.seed + index
                 # Only the graphed side is held to no_host_sync; the rest is the harness.
                 with host_syncs_allowed(self.device):
                     eager_inputs = self._make_seeded(make_inputs, case, seed)
+                    graphed_inputs = self._make_seeded(make_inputs, case, seed)
+                    _refuse_shared_inputs(eager_inputs, graphed_inputs, index)
                     shapes = tuple(
                         f"{path} {tuple(tensor.shape)}"
                         for path, tensor in trees.tensors(eager_inputs, "")
                     )
-                    expected = self._call_seeded(eager, eager_inputs, seed)
-                    graphed_inputs = self._make_seeded(make_inputs, case, seed)
+                    title = f"case {index} of {len(case_values)}"
+                    if not isinstance(cases, int):
+                        title += f" ({case!r})"
+                    if key_of is not None:
+                        title += f", key {key_of(eager_inputs)!r}"
+                    returned = self._call_seeded(eager, eager_inputs, seed)
+                    expected = trees.snapshot(returned, "eager output")
+                    elements += trees.element_count(expected)
                 actual = self._call_seeded(graphed, graphed_inputs, seed)
                 with host_syncs_allowed(self.device):
                     others = [
-                        *_storage_extents(graphed_inputs, "inputs"),
-                        *_storage_extents(expected, "eager output"),
-                        *kept_extents,
+                        *storage_extents(graphed_inputs, "inputs"),
+                        *storage_extents(returned, "eager output"),
                     ]
+                    shared = [*overlapping(actual, others), *earlier.overlaps(actual)]
                     found: list[Mismatch | PendingValues] = [
-                        Mismatch(o.output, f"shares storage with {o.other}")
-                        for o in _overlapping(actual, others)
+                        Mismatch(overlap.output, f"shares storage with {overlap.other}")
+                        for overlap in shared
                     ]
-                    # Read after the last case: a read per case would make the host wait for
-                    # the device every case, instead of preparing the next one while it works.
+                    # Read later, many cases at once: a read per case would make the host
+                    # wait for the device every case instead of preparing the next one.
                     found += pending_comparison(expected, actual, rtol=rtol, atol=atol)
-                kept_outputs.append(actual)
-                kept_extents += _storage_extents(actual, f"case {index} output")
-                title = f"case {index} of {len(case_values)}"
-                if not isinstance(cases, int):
-                    title += f" ({case!r})"
-                compared.append((title, shapes, found))
-        with host_syncs_allowed(self.device):
-            outcomes = [
-                CaseOutcome(title, shapes, tuple(settle_comparison(found)))
-                for title, shapes, found in compared
-            ]
+                    earlier.keep(actual, f"case {index} output")
+                # The next case's inputs are made without this one's held.
+                del eager_inputs, graphed_inputs, returned, expected, actual
+                unread.append(_Compared(index, title, shapes, found))
+                if sum(len(compared.found) for compared in unread) > PENDING_LIMIT:
+                    with host_syncs_allowed(self.device):
+                        outcomes += self._outcomes(unread)
+                    unread = []
+            with host_syncs_allowed(self.device):
+                outcomes += self._outcomes(unread)
+        if elements == 0:
+            nothing = (Mismatch("output", NOTHING_COMPARED),)
+            outcomes = [dataclasses.replace(o, mismatches=nothing, rerun="") for o in outcomes]
         self.comparisons += len(outcomes)
         return self._finish(ParityResult("cases", tuple(outcomes)))
 
-    def _case_values(self, cases: int | Iterable[object]) -> list[object]:
-        if isinstance(cases, bool) or not isinstance(cases, (int, Iterable)):
-            raise TypeError(f"cases must be a count or an iterable of case values, got {cases!r}")
-        case_values = list(range(cases)) if isinstance(cases, int) else list(cases)
+    def _outcomes(self, unread: list[_Compared]) -> list[CaseOutcome]:
+        settled = settle_comparisons([compared.found for compared in unread])
+        return [
+            self._outcome(compared.title, compared.shapes, mismatches, compared.index)
+            for compared, mismatches in zip(unread, settled, strict=True)
+        ]
+
+    def _outcome(
+        self, title: str, shapes: tuple[str, ...], mismatches: list[Mismatch], index: int | None
+    ) -> CaseOutcome:
+        """A case's outcome (``index`` None for a toggled run pair)."""
+        seed = self.seed + (index or 0)
+        rerun = "" if not mismatches or self._rerun is None else self._rerun(self.seed, index)
+        return CaseOutcome(title, shapes, tuple(mismatches), seed, rerun)
+
+    def _case_values(self, cases: int | Iterable[object]) -> Sequence[object]:
+        if isinstance(cases, (bool, str, bytes)) or not isinstance(cases, (int, Iterable)):
+            raise TypeError(
+                f"cases must be a count (an int) or an iterable of case values, got {cases!r}"
+            )
+        if isinstance(cases, int):
+            if cases > MAX_CASES:
+                raise ValueError(f"cases must be at most {MAX_CASES:,} a check, got {cases:,}")
+            case_values: Sequence[object] = range(max(cases, 0))
+        else:
+            case_values = list(itertools.islice(cases, MAX_CASES + 1))
+            if len(case_values) > MAX_CASES:
+                raise ValueError(
+                    f"cases must name at most {MAX_CASES:,} case values a check, got more "
+                    "(an endless iterator?)"
+                )
         if not case_values:
             raise ValueError(
                 f"cases must name at least one case (a count >= 1 or a non-empty list), "
@@ -456,45 +345,67 @@ class ParityChecker:
             )
         return case_values
 
+    def _indices(self, count: int) -> Sequence[int]:
+        if self.only_case is None:
+            return range(count)
+        if self.only_case >= count:
+            raise ValueError(
+                f"only_case {self.only_case} names no case of this check, which has cases 0 "
+                f"to {count - 1}"
+            )
+        return [self.only_case]
+
     def run_toggled(self, body: Callable[[], object], toggle: str) -> ParityResult:
         """Run ``body`` with ``toggle`` set to "0" and then "1" and compare what it recorded.
 
         The variable is restored afterwards; under no_host_sync only the "1" run is held to it.
         """
+        if not callable(body):
+            raise TypeError(f"body must be callable, got {body!r}")
+        check_toggle(toggle)
         recordings, recorded = [], []
-        for value in ("0", "1"):
-            lifted = host_syncs_allowed(self.device) if value == "0" else nullcontext()
-            with _environment(toggle, value), rng.seeded(self.device, self.seed), lifted:
-                self._recording, self._recorded = {}, {}
-                try:
-                    body()
-                    recordings.append(self._recording)
-                    recorded.append(self._recorded)
-                finally:
-                    self._recording, self._recorded = None, {}
-        off, on = recordings
-        with host_syncs_allowed(self.device):
-            mismatches = self._shared_storage(*recorded, toggle)
-            mismatches += compare_outputs(
-                off, on, path="recorded", sides=(f"{toggle}=0", f"{toggle}=1")
-            )
+        with self._counted():
+            for value in ("0", "1"):
+                lifted = host_syncs_allowed(self.device) if value == "0" else nullcontext()
+                with _environment(toggle, value), rng.seeded(self.device, self.seed), lifted:
+                    self._recording, self._recorded = {}, {}
+                    try:
+                        body()
+                        recordings.append(self._recording)
+                        recorded.append(self._recorded)
+                    finally:
+                        self._recording, self._recorded = None, {}
+            off, on = recordings
+            with host_syncs_allowed(self.device):
+                mismatches = self._shared_storage(*recorded, toggle)
+                mismatches += compare_outputs(
+                    off, on, path="recorded", sides=(f"{toggle}=0", f"{toggle}=1")
+                )
         if not off and not on:
             nothing = "nothing was recorded; call graph_parity.record(name, value) in the body"
             mismatches = [Mismatch("recorded", nothing)]
-        outcome = CaseOutcome(f"runs with {toggle}=0 and =1", (), tuple(mismatches))
+        elif trees.element_count(off) == 0:
+            mismatches.append(
+                Mismatch("recorded", "nothing compared: every value recorded holds no element")
+            )
+        outcome = self._outcome(f"runs with {toggle}=0 and =1", (), mismatches, None)
         self.comparisons += 1
         return self._finish(ParityResult("toggle", (outcome,)))
 
     def record(self, name: str, value: object) -> None:
-        """Record a value (tensor, number, or list/tuple/dict of them) from a toggled run."""
+        """Record a value (tensors, numbers, and the containers of ``trees.node`` holding
+        them) from a toggled run; it is copied now, so later writes cannot change it."""
         if self._recording is None:
             raise RuntimeError(
                 "graph_parity.record() works only in the body of a test marked "
                 "cuda_graph_parity(toggle=...)"
             )
-        values = self._recording.setdefault(name, [])
-        self._recorded[f"recorded[{name!r}][{len(values)}]"] = value
-        values.append(trees.snapshot(value))
+        if not isinstance(name, str):
+            raise TypeError(f"record: name must be a string, got {name!r}")
+        path = f"recorded[{name!r}][{len(self._recording.get(name, ()))}]"
+        copied = trees.snapshot(value, path)  # a TypeError here records nothing
+        self._recording.setdefault(name, []).append(copied)
+        self._recorded[path] = value
 
     @staticmethod
     def _shared_storage(
@@ -521,6 +432,16 @@ class ParityChecker:
             for path, other in shared
         ]
 
+    @contextmanager
+    def _counted(self) -> Iterator[None]:
+        with self._lock:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+
     def _finish(self, result: ParityResult) -> ParityResult:
         if self._on_result is not None:
             self._on_result(result)
@@ -542,6 +463,39 @@ class ParityChecker:
         if isinstance(inputs, (tuple, list)):
             return function(*inputs)
         return function(inputs)
+
+
+@dataclass(frozen=True)
+class _Compared:
+    """A case compared and not yet read."""
+
+    index: int
+    title: str
+    shapes: tuple[str, ...]
+    found: list[Mismatch | PendingValues]
+
+
+def _check_count(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+
+
+def _refuse_shared_inputs(eager_inputs: object, graphed_inputs: object, index: int) -> None:
+    """ValueError when the two sides' inputs share memory (a cached or fixture-held tensor
+    handed to both): an in-place eager call would change what the graphed call reads."""
+    shared = overlapping(graphed_inputs, storage_extents(eager_inputs, ""), path="")
+    if shared:
+        pairs = "; ".join(
+            f"{overlap.output} of the graphed call with {overlap.other} of the eager call"
+            for overlap in shared
+        )
+        raise ValueError(
+            f"make_inputs gave both sides of case {index} the same memory ({pairs}): each side "
+            "needs inputs of its own, or an in-place eager call changes what the graphed call "
+            "reads; build the tensors in make_inputs, or clone a cached one there"
+        )
 
 
 @contextmanager

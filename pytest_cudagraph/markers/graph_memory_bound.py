@@ -39,6 +39,8 @@ def graph_memory_bound(bound: float | str | None = None) -> MemoryBound:
         return MemoryBound(settings.parse_mib(bound))
     except ValueError as error:
         raise ValueError(f"bound {error}") from None
+    except OverflowError:  # an integer past what a float holds
+        raise ValueError("bound must be a positive size, got an integer past 1.8e308") from None
 
 
 class MemoryBoundMarker(MarkerFeature):
@@ -78,6 +80,7 @@ class MemoryBoundMarker(MarkerFeature):
     # debug mode (no_host_sync).
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        __tracebackhide__ = True  # a failure shows the test's frames, not the plugin's
         mark = self.mark_of(item)
         if mark is None:
             return (yield)

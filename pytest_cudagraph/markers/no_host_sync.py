@@ -50,15 +50,20 @@ class NoHostSyncMarker(MarkerFeature):
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        __tracebackhide__ = True  # a failure shows the test's frames, not the plugin's
         mark = self.mark_of(item)
         if mark is None:
             return (yield)
-        from pytest_cudagraph.engines.hostsync import host_syncs_fail, trial_capture
+        from pytest_cudagraph.engines.hostsync import HostSyncError, host_syncs_fail, trial_capture
 
-        with host_syncs_fail():
-            result = yield
+        device = item.stash[self.DEVICE]
+        try:
+            with host_syncs_fail(device):
+                result = yield
+        except HostSyncError as error:  # a failure, shown with torch's error and its line
+            raise pytest.fail.Exception(str(error)) from error.__cause__
         if mark.trial_capture:
-            trial = trial_capture(body_with_fixtures(item), item.stash[self.DEVICE])
+            trial = trial_capture(body_with_fixtures(item), device)
             if not trial.clean:
                 pytest.fail(trial.reason(), pytrace=False)
         return result

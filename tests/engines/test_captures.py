@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 
 import pytest
@@ -181,3 +182,29 @@ def test_replays_to_repay_one_capture() -> None:
         replays_to_repay(0.5, 0.01, -1.0)
     with pytest.raises(TypeError, match="capture_seconds must be a number"):
         replays_to_repay("0.5", 0.01, 0.005)  # type: ignore[arg-type]
+
+
+def test_each_thread_labels_its_own_captures(graph_class: type) -> None:
+    """Thread A holds key "a" while the main thread opens key "b": A's next capture is still
+    "a", so A capturing "a" twice is a recapture, and "b" is not one."""
+    cache = Cache(graph_class, recapture=True)
+    inside, captured_b = threading.Event(), threading.Event()
+
+    def thread_a() -> None:
+        with counter.key("a"):
+            cache("a")
+            inside.set()
+            captured_b.wait(5)
+            cache("a")
+
+    with CaptureCounter(graph_class) as counter:
+        worker = threading.Thread(target=thread_a)
+        worker.start()
+        inside.wait(5)
+        with counter.key("b"):
+            cache("b")
+            captured_b.set()
+            worker.join(5)
+        cache("c")  # no key in this thread now
+    assert counter.captures_per_key() == {"a": 2, "b": 1, None: 1}
+    assert counter.recaptured_keys() == {"a": 2}

@@ -88,6 +88,28 @@ def test_device_setting_rejects_anything_else(text: str) -> None:
         settings.DEVICE.parse(text)
 
 
+@pytest.mark.parametrize("text", ["128", "cuda:255", "256", 1000])
+def test_device_indices_torch_cannot_hold_are_refused(text: object) -> None:
+    """torch.device keeps an 8-bit index: 128 became cuda:-128, 255 no index, 256 cuda:0."""
+    with pytest.raises(ValueError, match=r"N at most 127, the largest device index torch holds"):
+        settings.DEVICE.parse(text)
+    assert settings.DEVICE.parse("cuda:127") == devices.MAX_DEVICE_INDEX == 127
+    assert torch.device("cuda", devices.MAX_DEVICE_INDEX).index == devices.MAX_DEVICE_INDEX
+
+
+def test_a_device_binding_holds_only_an_index_torch_holds() -> None:
+    with pytest.raises(ValueError, match=r"a device index must be in \[0, 127\]"):
+        devices.DeviceBinding(128, "test")
+    with pytest.raises(TypeError, match="a device index must be an integer"):
+        devices.DeviceBinding("0", "test")  # type: ignore[arg-type]
+
+
+def test_a_device_past_torch_s_range_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_inprocess("--cudagraph-device=256")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --cudagraph-device='256': expected cuda:N or N with N *"])
+
+
 def test_bad_device_setting_is_a_usage_error_naming_its_source(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

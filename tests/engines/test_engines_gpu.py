@@ -1,6 +1,7 @@
 """The engines on a real GPU: the trial-capture host-sync detector against sync debug mode,
 CUDA state after failed trials, capture counting for every way torch builds graphs, output
-storage of a real graph, and the memory engine's order independence.
+storage of a real graph, comparisons that never wait for the device, and the memory engine's
+order independence.
 
 Every test skips, with the reason, where CUDA (or NVML, or triton) is absent; the CPU suite
 covers the same logic through the seams.
@@ -21,6 +22,7 @@ from gpu_graph_helpers import make_eager, make_graphed, make_inputs
 
 from pytest_cudagraph.engines import devices
 from pytest_cudagraph.engines.captures import CaptureCounter
+from pytest_cudagraph.engines.compare import pending_comparison, settle_comparison
 from pytest_cudagraph.engines.hostsync import trial_capture
 from pytest_cudagraph.engines.parity import ParityChecker
 from pytest_cudagraph.engines.units import MiB
@@ -198,6 +200,53 @@ def test_a_graph_returning_its_static_output_fails_parity(cuda_device: torch.dev
     result = ParityChecker(cuda_device).check(eager, graphed, make_inputs, cases=3)
     assert [outcome.passed for outcome in result.outcomes] == [True, False, False]
     assert "output: shares storage with case 0 output" in result.reason()
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.bool, torch.complex64],
+)
+@pytest.mark.parametrize("atol", [0.0, 0.5])
+def test_a_pending_comparison_never_waits_for_the_device(
+    cuda_device: torch.device, dtype: torch.dtype, atol: float
+) -> None:
+    """Queued under sync debug mode "error": any read by the host would raise. The figures of
+    the differing element are then right, read once."""
+    expected = torch.zeros(64, 32, device=cuda_device).to(dtype)
+    actual = expected.clone()
+    actual[3, 5] = 1
+    torch.cuda.synchronize(cuda_device)
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        found = pending_comparison(expected.t(), actual.t(), atol=atol)
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    [mismatch] = settle_comparison(found)
+    assert (mismatch.first_index, mismatch.differing, mismatch.numel) == ((5, 3), 1, 2048)
+    assert mismatch.graphed == (True if dtype == torch.bool else 1)
+
+
+def test_a_parity_check_holds_earlier_outputs_only_within_its_budget(
+    cuda_device: torch.device,
+) -> None:
+    """Sixteen cases of 16 MiB outputs: with no budget the check's peak is a few outputs, not
+    the 512 MiB both outputs of every case were."""
+    rows = 16 * MiB // (4 * 4096)
+
+    def step(row: torch.Tensor) -> torch.Tensor:
+        return row.expand(rows, -1) * 2.0
+
+    def one_row(generator: torch.Generator, case: int) -> torch.Tensor:
+        return torch.randn(1, 4096, generator=generator, device=cuda_device)
+
+    torch.cuda.synchronize(cuda_device)
+    torch.cuda.reset_peak_memory_stats(cuda_device)
+    before = torch.cuda.memory_allocated(cuda_device)
+    result = ParityChecker(cuda_device, output_budget_bytes=0).check(step, step, one_row, 16)
+    peak = torch.cuda.max_memory_allocated(cuda_device) - before
+    assert result.ok, result.reason()
+    assert peak <= 8 * 16 * MiB, f"{peak / MiB:.0f} MiB"
 
 
 # Memory: the same workload measured alone and after other first-use work

@@ -137,3 +137,66 @@ def test_fault_injector_and_monkeypatch_compose_in_any_order(
         """
     )
     pytester.runpytest_inprocess("-p", "pytest_cudagraph").assert_outcomes(passed=2)
+
+
+class Cache:
+    size = 3
+
+    def capture(self) -> str:
+        return "captured"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"name": 3}, TypeError, "name must be a string, got 3"),
+        ({"name": "missing"}, AttributeError, "Cache has no attribute 'missing' to fail"),
+        ({"name": "size"}, TypeError, r"Cache\.size is not callable \(a int\)"),
+        ({"on_call": 1.5}, TypeError, "on_call must be an integer, got 1.5"),
+        ({"on_call": True}, TypeError, "on_call must be an integer, got True"),
+        ({"on_call": 0}, ValueError, "on_call must be an integer >= 1, got 0"),
+        ({"exc": "boom"}, TypeError, "exc must be an exception or an exception class, got 'boom'"),
+        ({"exc": int}, TypeError, "exc must be an exception or an exception class"),
+    ],
+)
+def test_bad_arguments_are_refused_before_patching(
+    arguments: dict[str, object], error: type[Exception], message: str
+) -> None:
+    target = Cache()
+    injector = FaultInjector()
+    with pytest.raises(error, match=message):
+        injector.fail(target, **{"name": "capture", **arguments})  # type: ignore[arg-type]
+    assert (injector.faults, vars(target)) == ([], {})
+    assert target.capture() == "captured"
+
+
+def test_an_exception_class_or_instance_is_accepted() -> None:
+    injector = FaultInjector()
+    injector.fail(Cache(), "capture", exc=KeyboardInterrupt)
+    injector.fail(Cache(), "capture", exc=OSError("disk"))
+    injector.restore()
+
+
+@pytest.mark.parametrize("lock", [object(), "lock", types.SimpleNamespace(acquire=1, release=2)])
+def test_assert_lock_free_refuses_what_is_not_a_lock(lock: object) -> None:
+    with pytest.raises(TypeError, match="lock must be a lock with acquire"):
+        FaultInjector().assert_lock_free(lock)
+
+
+def test_a_lock_that_cannot_be_tried_is_named() -> None:
+    class Stubborn:
+        def acquire(self) -> bool:  # takes no blocking flag
+            return True
+
+        def release(self) -> None:
+            pass
+
+    with pytest.raises(TypeError, match=r"is not a lock that can be tried without waiting"):
+        FaultInjector().assert_lock_free(Stubborn())
+
+
+def test_assert_lock_free_name_must_be_text() -> None:
+    import threading
+
+    with pytest.raises(TypeError, match="name must be a string or None, got 3"):
+        FaultInjector().assert_lock_free(threading.Lock(), 3)  # type: ignore[arg-type]

@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_cudagraph.engines.hostsync import TrialCapture, host_syncs_fail, trial_capture
+from pytest_cudagraph.engines.hostsync import (
+    HostSyncError,
+    TrialCapture,
+    host_syncs_fail,
+    trial_capture,
+)
 
 
 @pytest.mark.parametrize("device", [torch.device("cpu"), None])
@@ -48,3 +53,31 @@ def test_a_failed_trial_names_the_detector_and_the_error() -> None:
         "when stream is capturing"
     )
     assert TrialCapture("").clean and TrialCapture("").reason() == ""
+
+
+class FakeSyncDebugMode:
+    """torch.cuda's sync debug mode switch, on a machine without CUDA."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.mode, self.modes = 0, []
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: self.mode)
+        monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", self.set)
+
+    def set(self, mode: int | str) -> None:
+        self.mode = {"default": 0, "warn": 1, "error": 2}.get(mode, mode)
+        self.modes.append(self.mode)
+
+
+def test_a_sync_in_the_block_is_a_host_sync_error_of_the_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    switch = FakeSyncDebugMode(monkeypatch)
+    torch_error = RuntimeError("called a synchronizing CUDA operation")
+    with pytest.raises(HostSyncError, match=r"^no_host_sync: the test body synchronized") as raised:
+        with host_syncs_fail(torch.device("cuda", 0)):
+            assert switch.mode == 2
+            raise torch_error
+    assert raised.value.__cause__ is torch_error
+    assert isinstance(raised.value, AssertionError) and not isinstance(raised.value, RuntimeError)
+    assert switch.modes == [2, 0]  # restored

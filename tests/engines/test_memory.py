@@ -224,3 +224,44 @@ def test_a_probe_without_nvml_is_a_lookup_error_naming_nvml() -> None:
         pytest.skip("checks the path without NVML: NVML answers here")
     with pytest.raises(LookupError, match=r"NVML is unavailable: "):
         DeviceMemoryProbe(torch.device("cuda", 0))
+
+
+def two_readings(growth_mib: float) -> MemoryReport:
+    before = MemorySample(600 * MiB, 64 * MiB, 128 * MiB)
+    after = MemorySample(600 * MiB + int(growth_mib * MiB), 64 * MiB, 128 * MiB)
+    return MemoryReport("cuda:0", before, after, after.process_bytes)
+
+
+@pytest.mark.parametrize(
+    ("bound", "error", "message"),
+    [
+        (
+            "16MiB",
+            TypeError,
+            r"bound_mib must be a number of MiB, got '16MiB' \(a size with a unit",
+        ),
+        (True, TypeError, "bound_mib must be a number of MiB, got True"),
+        (float("inf"), ValueError, "bound_mib must be a finite number >= 0, got inf"),
+        (float("nan"), ValueError, "bound_mib must be a finite number >= 0, got nan"),
+        (-1, ValueError, "bound_mib must be a finite number >= 0, got -1"),
+        pytest.param(10**400, ValueError, "bound_mib must be a finite number >= 0", id="10**400"),
+    ],
+)
+def test_a_bad_bound_is_refused_before_judging(
+    bound: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        judge_growth(two_readings(8), bound)  # type: ignore[arg-type]
+    measurement = MemoryMeasurement(two_readings(8))
+    with pytest.raises(error, match=message):
+        measurement.judge(bound)  # type: ignore[arg-type]
+
+
+def test_a_bound_of_zero_allows_no_growth() -> None:
+    assert judge_growth(two_readings(0), 0).passed
+    assert not judge_growth(two_readings(0.01), 0).passed
+
+
+def test_judge_growth_needs_a_report() -> None:
+    with pytest.raises(TypeError, match="report must be a MemoryReport, got None"):
+        judge_growth(None, 16)  # type: ignore[arg-type]

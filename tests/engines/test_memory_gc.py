@@ -162,12 +162,15 @@ def test_a_measurement_and_its_retake_leave_gc_state_as_they_found_it(process_gc
         with process.measure() as measurement:
             assert gc_state() == state
             process.cycle_holding_a_block()
+            kept = process.cycle_holding_a_block()
             del old
         assert gc_state() == state
-        # Young, the growth is 0 (the dead old cycle still counted): over this bound, retaken.
-        verdict = measurement.judge(bound_mib=-32)
+        # Young, the growth is a block (the dead old cycle still counted): over, so retaken.
+        verdict = measurement.judge(bound_mib=32)
         assert gc_state() == state
-    assert verdict.passed and measurement.report.growth == -BLOCK
+    assert verdict.passed and measurement.report.growth == 0
+    assert measurement.report.young_after is not None  # judged on the retaken reading
+    del kept
 
 
 def test_with_objects_frozen_by_the_process_readings_stay_young_and_the_freeze_stays() -> None:

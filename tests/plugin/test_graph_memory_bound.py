@@ -168,3 +168,54 @@ def test_probe_skips_without_nvml(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_inprocess("-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines([f"  1 x needs NVML: {nvml_status().detail}"])
+
+
+@pytest.mark.parametrize(
+    ("marker", "option", "outcome"),
+    [("64", "1", "passed"), ("1", "64", "failed")],
+    ids=["marker-allows-more", "marker-allows-less"],
+)
+def test_the_marker_bound_beats_the_command_line(
+    cpu_pytester: pytest.Pytester, marker: str, option: str, outcome: str
+) -> None:
+    cpu_pytester.makepyfile(
+        f"""
+        import pytest
+
+        @pytest.mark.fake_memory(growth_mib=10)
+        @pytest.mark.graph_memory_bound({marker})
+        def test_bounded():
+            pass
+        """
+    )
+    result = cpu_pytester.runpytest_inprocess(f"--cudagraph-memory-bound={option}")
+    result.assert_outcomes(**{outcome: 1})
+    result.stdout.fnmatch_lines(
+        [f"  test_*.py::test_bounded on cuda:0: +10.0 MiB of {marker} MiB *"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("bound", "message"),
+    [
+        ("10**400", "bound must be a positive size, got an integer past 1.8e308"),
+        ("float('inf')", "bound must be a positive size, got inf"),
+        ("-1", "bound must be a positive size, got -1"),
+        ("'16 MB'", "bound must be a number of MiB or a size with a unit KiB, MiB or GiB*"),
+    ],
+)
+def test_a_bad_marker_bound_is_a_collection_error(
+    pytester: pytest.Pytester, bound: str, message: str
+) -> None:
+    pytester.makepyfile(
+        f"""
+        import pytest
+
+        @pytest.mark.graph_memory_bound({bound})
+        def test_bounded():
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess()
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"*graph_memory_bound on test_*.py::test_bounded: {message}"])

@@ -1,4 +1,5 @@
-"""no_host_sync where CUDA is absent (the real sync debug mode is in test_gpu_plugin.py)."""
+"""no_host_sync where CUDA is absent, and its failure with torch's switch faked (the real
+sync debug mode is in test_no_host_sync_gpu.py)."""
 
 from __future__ import annotations
 
@@ -74,3 +75,45 @@ def test_trial_capture_skips_too_where_cuda_device_is_the_cpu(
     result = cpu_pytester.runpytest_inprocess("-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED * no_host_sync needs a CUDA device: cuda_device is cpu*"])
+
+
+def test_the_marker_turns_the_engine_s_host_sync_error_into_a_failure(
+    pytester: pytest.Pytester,
+) -> None:
+    """torch's sync debug mode switch faked, so that no GPU is needed: the body raises what
+    torch raises in mode "error"."""
+    pytester.makeconftest(
+        """
+        import pytest
+        import torch
+
+        @pytest.fixture
+        def cuda_device(monkeypatch):
+            monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+            monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
+            monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: None)
+            return torch.device("cuda", 0)
+        """
+    )
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.no_host_sync
+        def test_syncs():
+            raise RuntimeError("called a synchronizing CUDA operation at line 3")
+        """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*RuntimeError: called a synchronizing CUDA operation at line 3",
+            "*The above exception was the direct cause of the following exception:*",
+            "E *Failed: no_host_sync: the test body synchronized the host with the device, so "
+            "this code is not capture-clean (torch: called a synchronizing CUDA operation at "
+            "line 3)",
+        ]
+    )
+    assert "HostSyncError" not in result.stdout.str()
+    assert "pytest_cudagraph/markers" not in result.stdout.str()  # the plugin's frames hidden

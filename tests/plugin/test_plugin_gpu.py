@@ -57,8 +57,9 @@ def test_a_different_graphed_callable_fails_parity(pytester: pytest.Pytester) ->
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "cuda_graph_parity: case 0 of 4 differs: output at index (*): max |diff| * over * of "
-            "128 elements; input shapes: input (8, 16); 4 of 4 cases differ",
+            "cuda_graph_parity: case 0 of 4 differs: output at index (*): eager *, graphed * "
+            "(|diff| *; tolerance exact); * of 128 elements differ, largest |diff| *; input "
+            "shapes: input (8, 16); seed 0; 4 of 4 cases differ; rerun: pytest *",
             "*- cudagraph parity -*",
             "parity: 0 of 4 checked cases match",
         ]

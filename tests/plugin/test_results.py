@@ -147,9 +147,15 @@ def records_of(*reports: pytest.TestReport) -> list[results.Record]:
 
 def test_summary_lines_from_records() -> None:
     records = [
-        results.Record("parity", "t.py::a", {"form": "cases", "checked": 8, "passed": 8}),
-        results.Record("parity", "t.py::a", {"form": "cases", "checked": 4, "passed": 3}),
-        results.Record("parity", "t.py::b", {"form": "toggle", "checked": 1, "passed": 1}),
+        results.Record(
+            "parity", "t.py::a", {"form": "cases", "checked": 8, "passed": 8, "failures": []}
+        ),
+        results.Record(
+            "parity", "t.py::a", {"form": "cases", "checked": 4, "passed": 3, "failures": []}
+        ),
+        results.Record(
+            "parity", "t.py::b", {"form": "toggle", "checked": 1, "passed": 1, "failures": []}
+        ),
         results.Record(
             "memory",
             "t.py::c",

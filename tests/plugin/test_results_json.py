@@ -93,7 +93,13 @@ def test_results_hold_each_section_once(cpu_pytester: pytest.Pytester, xdist: li
     # Parity: one entry per test and form, its checks summed, and nowhere else in the file.
     [parity] = document["parity"]
     assert parity["nodeid"].endswith("::test_parity")
-    assert parity == {"nodeid": parity["nodeid"], "form": "cases", "checked": 6, "passed": 6}
+    assert parity == {
+        "nodeid": parity["nodeid"],
+        "form": "cases",
+        "checked": 6,
+        "passed": 6,
+        "failures": [],
+    }
     assert sum("form" in entry for entry in dicts_in(document)) == 1
     [memory] = document["memory"]
     assert memory["bound_mib"] == 16

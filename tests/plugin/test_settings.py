@@ -42,7 +42,67 @@ def test_seeds_outside_what_torch_takes_are_refused(given: object) -> None:
 
 def test_seeds_from_text_or_numbers() -> None:
     assert settings.parse_seed("17") == 17
+    assert settings.parse_seed(" +17 ") == 17
     assert settings.parse_seed(2**63 - 1) == 2**63 - 1
+
+
+@pytest.mark.parametrize("given", ["-1", -1, "18446744073709551616"])
+def test_an_integer_out_of_range_is_named_as_out_of_range(given: object) -> None:
+    with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*63 - 1\] \(case k runs"):
+        settings.parse_seed(given)
+
+
+def test_the_seed_bound_is_derived_from_the_one_torch_takes() -> None:
+    """Half of torch's range, so that the largest seed runs any count of cases a check takes."""
+    from pytest_cudagraph.engines import parity, rng
+
+    assert settings.MAX_SEED == rng.MAX_SEED // 2 == 2**63 - 1
+    assert settings.MAX_SEED + parity.MAX_CASES - 1 <= rng.MAX_SEED
+
+
+def test_a_negative_seed_on_the_command_line_is_out_of_range(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_inprocess("--cudagraph-seed=-1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --cudagraph-seed='-1': seed must be in [[]0, 2**63 - 1[]]*"]
+    )
+
+
+def test_the_marker_seed_must_be_an_integer_in_range(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.cuda_graph_parity(seed="3")
+        def test_text(graph_parity):
+            pass
+
+        @pytest.mark.cuda_graph_parity(seed=-3)
+        def test_negative(graph_parity):
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess("--continue-on-collection-errors")
+    result.stdout.fnmatch_lines(
+        [
+            "*cuda_graph_parity on test_*.py::test_text: seed must be an integer, got '3'",
+            "*cuda_graph_parity on test_*.py::test_negative: seed must be in [[]0, 2**63 - 1[]]*",
+        ]
+    )
+
+
+@pytest.mark.parametrize(("given", "case"), [("0", 0), (" 12 ", 12), (7, 7)])
+def test_cases_from_text_or_numbers(given: object, case: int) -> None:
+    assert settings.parse_case(given) == case
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [("-1", "case must be a case number >= 0, got -1"), ("x", "case must be an integer")],
+)
+def test_bad_cases_are_refused(given: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        settings.parse_case(given)
 
 
 def test_every_setting_has_option_env_and_ini_names() -> None:

@@ -1,0 +1,147 @@
+"""The one walker: which containers it looks into, the paths it names, its copies, and the
+leaves it refuses."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import types
+
+import pytest
+import torch
+
+from pytest_cudagraph.engines import trees
+
+
+@dataclasses.dataclass
+class Step:
+    logits: torch.Tensor
+    cache: list[torch.Tensor]
+    length: int = 3
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FrozenStep:
+    logits: torch.Tensor
+
+
+Pair = collections.namedtuple("Pair", ["tokens", "memory"])
+
+
+class Mode(enum.Enum):
+    GRAPHED = 1
+
+
+def paths(value: object, path: str = "output") -> list[str]:
+    return [found for found, _ in trees.tensors(value, path)]
+
+
+def test_every_container_is_walked_and_each_tensor_named() -> None:
+    x = torch.zeros(1)
+    value = {
+        "step": Step(x, [x, x]),
+        "pair": Pair(x, (x,)),
+        "space": types.SimpleNamespace(kv=x),
+        "frozen": FrozenStep(x),
+    }
+    assert paths(value) == [
+        "output['step'].logits",
+        "output['step'].cache[0]",
+        "output['step'].cache[1]",
+        "output['pair'].tokens",
+        "output['pair'].memory[0]",
+        "output['space'].kv",
+        "output['frozen'].logits",
+    ]
+
+
+def test_root_paths_read_as_call_arguments() -> None:
+    x = torch.zeros(1)
+    assert paths(x, "") == ["input"]
+    assert paths((x, x), "") == ["args[0]", "args[1]"]
+    assert paths({"tokens": x}, "") == ["tokens"]
+    assert paths(Pair(x, x), "") == ["tokens", "memory"]
+
+
+def test_strings_and_arbitrary_objects_are_leaves() -> None:
+    class Holder:
+        tensor = torch.zeros(1)
+
+    assert trees.node("abc") is None and trees.node(b"ab") is None
+    assert trees.node(Holder()) is None and trees.node(Step) is None  # a class is a leaf
+    assert paths(["abc", Holder()]) == []
+
+
+def test_a_snapshot_cannot_be_reached_by_later_writes_and_keeps_its_structure() -> None:
+    x = torch.ones(2, requires_grad=True)
+    value = (Step(x * 1, [x * 2]), Pair(x * 3, 4), types.SimpleNamespace(a=x * 4), [x * 5])
+    copied = trees.snapshot(value)
+    with torch.no_grad():
+        for _, tensor in trees.tensors(value):
+            tensor.zero_()
+    assert isinstance(copied, tuple)
+    step, pair, space, listed = copied
+    assert isinstance(step, Step) and step.length == 3 and isinstance(step.cache, list)
+    assert isinstance(pair, Pair) and pair.memory == 4
+    assert isinstance(space, types.SimpleNamespace) and isinstance(listed, list)
+    assert [float(tensor[0]) for _, tensor in trees.tensors(copied)] == [1, 2, 3, 4, 5]
+    assert not any(tensor.requires_grad for _, tensor in trees.tensors(copied))
+
+
+def test_a_frozen_dataclass_with_slots_is_copied_too() -> None:
+    original = FrozenStep(torch.ones(2))
+    copied = trees.snapshot(original)
+    original.logits.zero_()
+    assert isinstance(copied, FrozenStep) and copied.logits.tolist() == [1.0, 1.0]
+
+
+def test_cloned_keeps_autograd_and_every_leaf() -> None:
+    x = torch.ones(2, requires_grad=True)
+    holder = object()
+    copied = trees.cloned({"y": x * 2, "holder": holder})
+    assert copied["y"].requires_grad and copied["holder"] is holder
+
+
+def test_element_count_counts_tensor_elements_and_leaves_but_not_none() -> None:
+    assert trees.element_count((torch.zeros(2, 3), 1, "a", None)) == 8
+    assert trees.element_count([torch.empty(0), {}, (), None, Step(torch.empty(0, 4), [], 0)]) == 1
+    assert trees.element_count(None) == 0
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, True, 3, 2.5, 1j, "text", b"bytes", Mode.GRAPHED, torch.float16, torch.device("cpu")],
+)
+def test_plain_leaves_are_supported(value: object) -> None:
+    assert trees.unsupported(value) == ""
+    assert trees.snapshot([value]) == [value]
+
+
+class Opaque:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("value", "rule"),
+    [
+        (Opaque(), r"a test_trees\.Opaque is not compared: a compared value may hold tensors"),
+        ({1, 2}, r"a builtins\.set is not compared"),
+        (torch.zeros(3).to_sparse(), r"a torch\.sparse_coo tensor is not compared: .*to_dense"),
+        (torch.empty(2, device="meta"), r"a meta tensor holds no values"),
+        (
+            torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)], layout=torch.jagged),
+            r"a nested tensor is not compared: unbind it",
+        ),
+    ],
+    ids=["object", "set", "sparse", "meta", "nested"],
+)
+def test_an_unsupported_leaf_is_refused_with_its_full_path(value: object, rule: str) -> None:
+    with pytest.raises(TypeError, match=rf"^output\['a'\]\.cache\[1\]: {rule}"):
+        trees.snapshot({"a": Step(torch.zeros(1), [torch.zeros(1), value])}, "output")
+
+
+def test_a_numpy_array_is_refused() -> None:
+    numpy = pytest.importorskip("numpy", reason="numpy is not installed here")
+    with pytest.raises(TypeError, match=r"^value\[0\]: a numpy\.ndarray is not compared"):
+        trees.snapshot([numpy.zeros(2)])
