@@ -137,3 +137,15 @@ def test_fault_injector_and_monkeypatch_compose_in_any_order(
         """
     )
     pytester.runpytest_inprocess("-p", "pytest_cudagraph").assert_outcomes(passed=2)
+
+
+def test_one_attribute_patched_twice_is_restored_fully_newest_patch_first() -> None:
+    target = types.SimpleNamespace(load=lambda: "loaded")
+    original = target.load
+    injector = FaultInjector()
+    injector.fail(target, "load", on_call=5)
+    injector.fail(target, "load", on_call=5)
+    assert target.load is not original
+    injector.restore()
+    assert target.load is original  # undoing the older patch first would leave the newer's
+    assert target.load() == "loaded"

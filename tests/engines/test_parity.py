@@ -216,3 +216,18 @@ def test_check_reads_every_case_after_the_last_one_ran() -> None:
         result = checker.check(scaled, graphed, one_input, cases=3)
     assert calls == ["graphed"] * 3 + ["read"] * 3
     assert [outcome.passed for outcome in result.outcomes] == [False, True, True]
+
+
+def test_storages_that_touch_but_do_not_overlap_are_not_shared() -> None:
+    """The caching allocator hands out adjacent blocks: one storage ending where the next
+    begins is two storages, not one shared."""
+    memory = bytearray(64)
+    first = torch.frombuffer(memory, dtype=torch.float32, count=8)  # bytes [0, 32)
+    second = torch.frombuffer(memory, dtype=torch.float32, offset=32, count=8)  # [32, 64)
+    assert second.untyped_storage().data_ptr() == (
+        first.untyped_storage().data_ptr() + first.untyped_storage().nbytes()
+    )
+    assert storage_overlaps(first, {"kept": second}) == []
+    assert storage_overlaps(second, {"kept": first}) == []
+    overlapping = torch.frombuffer(memory, dtype=torch.float32, offset=28, count=8)  # [28, 60)
+    assert storage_overlaps(first, {"kept": overlapping}) == [StorageOverlap("output", "kept")]
