@@ -181,3 +181,13 @@ def test_replays_to_repay_one_capture() -> None:
         replays_to_repay(0.5, 0.01, -1.0)
     with pytest.raises(TypeError, match="capture_seconds must be a number"):
         replays_to_repay("0.5", 0.01, 0.005)  # type: ignore[arg-type]
+
+
+def test_nested_keys_label_a_capture_with_the_innermost(graph_class: type) -> None:
+    with CaptureCounter(graph_class) as counter:
+        with counter.key("outer"):
+            capture(graph_class())
+            with counter.key("inner"):
+                capture(graph_class())
+            capture(graph_class())
+    assert [c.key for c in counter.captures] == ["outer", "inner", "outer"]
