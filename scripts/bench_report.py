@@ -494,7 +494,7 @@ def _who_wins_prose(forward: dict[tuple[int, ...], dict[str, Any]]) -> list[str]
     paired = []
     for variant, figure, title in PAIRED_COMPARISONS:
         cells = [
-            (f"{_key(key)} {_times(entry[figure])}", entry[figure] >= 1)
+            (f"{_key(key)} {_times(entry[figure], 3)}", entry[figure] >= 1)
             for key, by_variant in forward.items()
             if figure in (entry := by_variant.get(variant, {}))
         ]
@@ -510,7 +510,8 @@ def _who_wins_prose(forward: dict[tuple[int, ...], dict[str, Any]]) -> list[str]
             [
                 "",
                 "And from interleaved pairs of calls (the median of the per-pair ratios, so "
-                "that both sides of each pair see the same clocks):",
+                "that both sides of each pair see the same clocks; three decimals, as these "
+                "sit near 1 where the GPU is saturated):",
                 "",
                 *paired,
             ]
@@ -530,10 +531,15 @@ def _forward_ratio_rows(forward: dict[tuple[int, ...], dict[str, Any]]) -> list[
             [
                 _key(key),
                 _times(graph.get("speedup_vs_eager")),
-                _times(graph.get("speedup_vs_own_eager")),
-                _times(compiled.get("graph_speedup_paired")),
-                _times(lean_graph.get("speedup_vs_own_eager")),
-                _times(compiled_lean.get("graph_speedup_paired")),
+                *(
+                    _times(entry.get(figure), 3)
+                    for entry, figure in (
+                        (graph, "speedup_vs_own_eager"),
+                        (compiled, "graph_speedup_paired"),
+                        (lean_graph, "speedup_vs_own_eager"),
+                        (compiled_lean, "graph_speedup_paired"),
+                    )
+                ),
             ]
         )
     return rows
@@ -703,8 +709,8 @@ def _num(value: float | None, digits: int) -> str:
     return f"{value:,.{digits}f}"
 
 
-def _times(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+def _times(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}x"
 
 
 def write_plot(report: dict[str, Any], path: Path) -> bool:
