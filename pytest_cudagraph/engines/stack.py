@@ -74,13 +74,20 @@ def parse_pinned_stack(entries: Iterable[str]) -> dict[str, SpecifierSet]:
 
 
 def mismatches(pinned: Mapping[str, SpecifierSet], running: RunningStack) -> list[str]:
-    """One line per pinned component the running stack does not satisfy."""
+    """One line per pinned component the running stack does not satisfy. A pre-release
+    satisfies a pin its release would (NGC ships torch as 2.x.0a0+<commit>, before 2.x.0)."""
     found = []
     for component, specifiers in pinned.items():
         version = getattr(running, component)
-        if version is None or not specifiers.contains(version, prereleases=True):
+        if version is None or not _satisfies(specifiers, Version(version)):
             found.append(f"{component} {version or 'none'} not {specifiers}")
     return found
+
+
+def _satisfies(specifiers: SpecifierSet, version: Version) -> bool:
+    return specifiers.contains(version, prereleases=True) or specifiers.contains(
+        Version(version.base_version)
+    )
 
 
 def skip_reason(found: list[str]) -> str:

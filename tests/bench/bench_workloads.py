@@ -1,16 +1,19 @@
-"""What the benchmarks run on: the shapes, the workload (reasyn_ref.workloads: the default-config
-decoder and its inputs in the sampler's bucketed layout), the samplers' timed run, and the in-run
-store the ratios are computed from."""
+"""What the benchmarks run on: the plan (the keys, steps and targets the report's goals judge,
+imported from scripts/bench_report.py), the workload (reasyn_ref.workloads: the default-config
+decoder and its inputs in the sampler's bucketed layout), the samplers' timed run, interleaved
+pairs of timed calls, and the in-run store the ratios are computed from."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from bench_report import FORWARD_KEYS, STEP_KINDS, SUITE_TARGETS
 
 from reasyn_ref import ARSampler, Decoder, KVSampler
 from reasyn_ref.workloads import MEMORY_LEN, forward_inputs, make_decoder, make_memory, warm_up
@@ -20,7 +23,10 @@ __all__ = [
     "MEMORY_LEN",
     "SAMPLE_BATCHES",
     "SAMPLE_MAX_LEN",
+    "STEP_KINDS",
+    "SUITE_TARGETS",
     "BenchResults",
+    "Paired",
     "benchmark_sampling",
     "endless_decoder",
     "forward_inputs",
@@ -29,7 +35,7 @@ __all__ = [
     "make_decoder",
     "make_memory",
     "needs_cuda",
-    "paired_speedup",
+    "paired",
     "warm_up",
 ]
 
@@ -42,8 +48,6 @@ HOST_BOUND_FIRST = (
     "test_bench_replay_efficiency.py",
 )
 
-# (bucketed batch, bucketed sequence) of the AR forward; memory length MEMORY_LEN throughout.
-FORWARD_KEYS = [(1, 64), (8, 64), (16, 128), (64, 128), (256, 512)]
 # Interleaved (slow, fast) call pairs behind a paired speed-up, and the seconds they may take.
 PAIRS = 30
 PAIRS_BUDGET_S = 5.0
@@ -99,24 +103,44 @@ def benchmark_sampling(
     return rows
 
 
-def paired_speedup(slow: Callable[[], Any], fast: Callable[[], Any]) -> float:
-    """Median over interleaved pairs of (``slow`` ms / ``fast`` ms), each call timed alone
-    between CUDA events: both calls of a pair see the same clocks and temperature, so drift
-    that a comparison of two separately timed medians would take for a difference cancels.
-    PAIRS pairs, fewer when they would take more than PAIRS_BUDGET_S (at least 5)."""
+def cuda_ms(call: Callable[[], Any]) -> float:
+    """Milliseconds of one ``call`` alone on the device, between CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
 
-    def ms(call: Callable[[], Any]) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
 
-    first = ms(slow) + ms(fast)
-    pairs = max(5, min(PAIRS, int(PAIRS_BUDGET_S * 1e3 / first)))
-    return statistics.median(ms(slow) / ms(fast) for _ in range(pairs))
+@dataclass(frozen=True)
+class Paired:
+    """Interleaved (slow, fast) timings: ``speedup`` is the median of the per-pair ratios
+    slow ms / fast ms, ``slow_ms`` and ``fast_ms`` the medians of each side."""
+
+    speedup: float
+    slow_ms: float
+    fast_ms: float
+    pairs: int
+
+
+def paired(
+    slow: Callable[[], Any], fast: Callable[[], Any], timer: Callable[..., float] = cuda_ms
+) -> Paired:
+    """Time ``slow`` and ``fast`` in interleaved pairs (``timer(call)`` gives one call's ms):
+    both calls of a pair see the same clocks and temperature, so drift that a comparison of
+    two separately timed medians would take for a difference cancels. PAIRS pairs, fewer when
+    they would take more than PAIRS_BUDGET_S (at least 5)."""
+    first = timer(slow) + timer(fast)
+    count = max(5, min(PAIRS, int(PAIRS_BUDGET_S * 1e3 / first)))
+    timings = [(timer(slow), timer(fast)) for _ in range(count)]
+    return Paired(
+        speedup=statistics.median(s / f for s, f in timings),
+        slow_ms=statistics.median(s for s, _ in timings),
+        fast_ms=statistics.median(f for _, f in timings),
+        pairs=count,
+    )
 
 
 class BenchResults:

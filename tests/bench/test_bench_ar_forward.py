@@ -1,16 +1,17 @@
 """The AR forward at the default config, memory length 64, per (batch, seq) key: the upstream
 eager step, the same step on bf16 weights (what the exact graphs replay), the lean step,
-torch.compile "reduce-overhead" on those same bf16 weights, and the graph caches of the exact and
-the lean step.
+torch.compile "reduce-overhead" of each of the two steps the graphs replay (the same weights,
+dtypes and work as its graph), and the graph caches of the exact and the lean step.
 
 Every variant is timed the same way: one call per round (input staging, forward and the fp32
 copy of the logits, as the sampler makes it once per step) between device synchronizations. The
 variants of one key run next to each other, partners first (``VARIANTS`` order), so that each
 benchmark finds its partners' figures in ``bench_results`` and the GPU is in the same state for
-all of them. A graph's speed-up over its own eager step is timed again in interleaved pairs
-(``paired_speedup``), which keeps clock drift out of that ratio where the two are close.
-compile runs before the key's graphs are captured: a graph kept alive while compile's CUDA-graph
-trees record has crashed the process (docs/lean.md).
+all of them. Where two sides are close, their ratio is timed again in interleaved pairs
+(``paired``), which keeps clock drift out of it: a graph against its own eager step, and each
+compiled step against its graph. compile runs before the key's graphs are captured (a graph
+kept alive while compile's CUDA-graph trees record has crashed the process: docs/lean.md), and
+its partner graph is captured once its trees have recorded.
 """
 
 from __future__ import annotations
@@ -27,23 +28,27 @@ from bench_workloads import (
     forward_inputs,
     key_id,
     needs_cuda,
-    paired_speedup,
+    paired,
     warm_up,
 )
 
 from reasyn_ref.graph_cache import GraphCache
+from reasyn_ref.lean import LeanDecoder
 from reasyn_ref.model import ar_step_logits, step_context, with_bf16_matmul_weights
 
 pytestmark = needs_cuda
 
-# compile may reorder bf16 arithmetic, so its logits only agree with eager's to within this
-# fraction of the largest eager logit (a few bf16 ulps).
+# compile may reorder bf16 arithmetic, so its logits only agree with its eager step's to within
+# this fraction of the largest eager logit (a few bf16 ulps).
 COMPILE_TOLERANCE = 5e-2
+# Each compiled variant: the step it compiles is the one of the graph cache (lean or not)
+# that it is paired with.
+COMPILED = {"compile": False, "compile_lean": True}
 VARIANTS = [
     "eager",
     "eager_bf16",
     "lean_eager",
-    pytest.param("compile", marks=pytest.mark.slow),  # seconds of compiling per key
+    *(pytest.param(v, marks=pytest.mark.slow) for v in COMPILED),  # seconds of compiling
     "graph",
     "lean_graph",
 ]
@@ -68,24 +73,21 @@ def test_ar_forward(key, variant, default_decoder, cuda_device, cuda_benchmark, 
     upstream = ar_step_logits(default_decoder, ar_step, bf16=True)
     if variant == "eager":
         figures = _benchmark_upstream(default_decoder, ar_step, cuda_benchmark)
-    elif variant == "compile":
-        figures = _benchmark_compile(default_decoder, ar_step, upstream, cuda_benchmark)
     else:
-        cache = GraphCache(default_decoder, cuda_device, lean=variant.startswith("lean"))
-        if variant in ("eager_bf16", "lean_eager"):
+        lean = variant.startswith("lean") or COMPILED.get(variant, False)
+        cache = GraphCache(default_decoder, cuda_device, lean=lean)
+        if variant in COMPILED:
+            figures = _benchmark_compile(cache, ar_step, upstream, cuda_benchmark)
+        elif variant in ("eager_bf16", "lean_eager"):
             figures = _benchmark_eager_step(cache, ar_step, upstream, cuda_benchmark)
         else:
-            compile_s = bench_results.get(("ar_forward", "compile", key), "compile_s")
-            figures = _benchmark_graph(cache, ar_step, cuda_benchmark, compile_s)
+            figures = _benchmark_graph(cache, ar_step, cuda_benchmark)
         cache.clear()
     info = cuda_benchmark.extra_info
     info.update(figures, bench="ar_forward", variant=variant, key=list(key), memory_len=MEMORY_LEN)
     median = bench_results.record(cuda_benchmark, ("ar_forward", variant, key), **figures)
     eager_median = bench_results.get(("ar_forward", "eager", key))
     bench_results.ratio(info, "speedup_vs_eager", eager_median, median)
-    if variant.endswith("graph"):
-        compile_median = bench_results.get(("ar_forward", "compile", key))
-        bench_results.ratio(info, "speedup_vs_compile", compile_median, median)
 
 
 def _benchmark_upstream(decoder, ar_step, benchmark) -> dict:
@@ -107,55 +109,69 @@ def _benchmark_eager_step(cache, ar_step, upstream, benchmark) -> dict:
     }
 
 
-def _benchmark_graph(cache, ar_step, benchmark, compile_s: float | None) -> dict:
+def _benchmark_graph(cache, ar_step, benchmark) -> dict:
     """A cache's graph: its build seconds (buffers, warm-ups, capture: the first call), its
-    replay time, and its speed-up over its own eager step in interleaved pairs. Its answer must
-    be its eager step's, bit for bit."""
+    replay time, its speed-up over its own eager step in interleaved pairs, and its build in
+    those eager steps. Its answer must be its eager step's, bit for bit."""
     step, eager = partial(cache, ar_step), partial(cache.eager, ar_step)
     capture_s, first = _first_call(step)
     assert torch.equal(first, eager()), "graph logits differ from its eager step"
     warm_up(step)
     benchmark(step)
-    figures = {
+    pairs = paired(eager, step)
+    return {
         "capture_s": capture_s,
         "own_eager": "lean_eager" if cache.lean else "eager_bf16",
-        "speedup_vs_own_eager": paired_speedup(eager, step),
+        "speedup_vs_own_eager": pairs.speedup,
+        "build_in_eager_steps": capture_s * 1e3 / pairs.slow_ms,
     }
-    if compile_s:
-        figures.update(
-            compile_over_capture=compile_s / capture_s, build_over_compile=capture_s / compile_s
-        )
-    return figures
 
 
-def _benchmark_compile(decoder, ar_step, upstream, benchmark) -> dict:
-    """torch.compile "reduce-overhead" on the bf16-weight copy the exact graphs run (the same
-    weights), from a cold compile cache so the compile seconds are what a fresh process pays."""
+def _benchmark_compile(cache, ar_step, upstream, benchmark) -> dict:
+    """torch.compile "reduce-overhead" of the step ``cache``'s graphs replay (the lean step, or
+    the decoder's bf16-weight copy under autocast: the same weights, dtypes and work), from a
+    cold compile cache so the compile seconds are what a fresh process pays; then ``cache``'s
+    graph, captured once compile's trees have recorded, against it in interleaved pairs."""
     from torch._dynamo.utils import counters
     from torch._inductor.cudagraph_trees import reset_cudagraph_trees
     from torch._inductor.utils import fresh_inductor_cache
 
-    device = ar_step.device
+    device, bf16 = ar_step.device, not cache.lean
+    own_eager = cache.eager(ar_step)
     torch._dynamo.reset()
     counters.clear()
     with fresh_inductor_cache():
-        compiled = torch.compile(
-            with_bf16_matmul_weights(decoder), mode="reduce-overhead", dynamic=False
+        module = (
+            LeanDecoder(cache.decoder) if cache.lean else with_bf16_matmul_weights(cache.decoder)
         )
-        step = partial(ar_step_logits, compiled, ar_step, bf16=True)
+        compiled = torch.compile(module, mode="reduce-overhead", dynamic=False)
+        step = partial(ar_step_logits, compiled, ar_step, bf16=bf16)
         compile_s, _ = _first_call(step)
         warm_up(step)  # CUDA-graph trees record on a later call than the first
-        with step_context(device, bf16=True):
+        with step_context(device, bf16=bf16):
             forward_args = (ar_step.tokens, ar_step.memory, ar_step.memory_padding_mask)
             raw_dtype = compiled(*forward_args, ar_step.gather).dtype  # the output is not kept
         assert raw_dtype == torch.bfloat16, f"compiled forward ran in {raw_dtype}, not bf16"
         skips = counters["inductor"]["cudagraph_skips"]
         assert skips == 0, f"torch.compile skipped CUDA graphs {skips} time(s): not reduce-overhead"
         graphs = counters["stats"]["unique_graphs"]  # more than one: graph breaks
-        max_rel_diff = _relative_difference(step(), upstream)
-        assert max_rel_diff <= COMPILE_TOLERANCE, f"compiled logits off eager by {max_rel_diff:.3g}"
+        logits = step()
+        off_own = _relative_difference(logits, own_eager)
+        assert off_own <= COMPILE_TOLERANCE, (
+            f"compiled logits off their eager step by {off_own:.3g}"
+        )
         benchmark(step)
+        graph = partial(cache, ar_step)
+        warm_up(graph)  # the first call captures
+        pairs = paired(step, graph)
+        cache.clear()
     del compiled, step
     torch._dynamo.reset()
     reset_cudagraph_trees()  # frees their memory pool (torch 2.7's dynamo.reset() does not)
-    return {"compile_s": compile_s, "max_rel_diff": max_rel_diff, "fx_graphs": graphs}
+    return {
+        "compile_s": compile_s,
+        "max_rel_diff": _relative_difference(logits, upstream),
+        "fx_graphs": graphs,
+        "graph_speedup_paired": pairs.speedup,
+        "paired_graph": "lean_graph" if cache.lean else "graph",
+    }

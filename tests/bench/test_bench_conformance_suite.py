@@ -9,11 +9,9 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
-from bench_workloads import needs_cuda
+from bench_workloads import SUITE_TARGETS, needs_cuda
 
 pytestmark = needs_cuda
-
-TARGETS = ["reasyn", "reasyn-lean"]
 
 
 def run_suite(target: str, junit: str) -> subprocess.CompletedProcess:
@@ -26,7 +24,7 @@ def run_suite(target: str, junit: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", SUITE_TARGETS)
 def test_conformance_suite(target, benchmark, tmp_path):
     junit = str(tmp_path / "suite.xml")
     finished = benchmark.pedantic(run_suite, args=(target, junit), rounds=1, iterations=1)

@@ -18,7 +18,7 @@ from functools import partial
 
 import pytest
 import torch
-from bench_workloads import MEMORY_LEN, needs_cuda
+from bench_workloads import MEMORY_LEN, STEP_KINDS, needs_cuda
 
 from pytest_cudagraph.engines.parity import ParityChecker
 from reasyn_ref import ARStep, Decoder, DecoderConfig, expand_memory
@@ -112,7 +112,7 @@ def test_parity_check_cpu_tiny(benchmark):
 
 
 @needs_cuda
-@pytest.mark.parametrize("step_kind", ["exact", "lean"])
+@pytest.mark.parametrize("step_kind", STEP_KINDS)
 def test_parity_check_gpu_default(step_kind, cuda_benchmark, cuda_device, default_decoder):
     lean = step_kind == "lean"
     cache = GraphCache(default_decoder, cuda_device, lean=lean, capacity=len(PARITY_KEYS))

@@ -15,7 +15,14 @@ from __future__ import annotations
 from functools import partial
 
 import pytest
-from bench_workloads import FORWARD_KEYS, forward_inputs, key_id, needs_cuda, warm_up
+from bench_workloads import (
+    FORWARD_KEYS,
+    STEP_KINDS,
+    forward_inputs,
+    key_id,
+    needs_cuda,
+    warm_up,
+)
 from device_profile import profile_device_ops, summarize
 
 from reasyn_ref.graph_cache import GraphCache
@@ -26,7 +33,7 @@ REPLAYS = 50
 ROUNDS = 3
 
 
-@pytest.mark.parametrize("step_kind", ["exact", "lean"])
+@pytest.mark.parametrize("step_kind", STEP_KINDS)
 @pytest.mark.parametrize("key", FORWARD_KEYS, ids=key_id)
 def test_replay_efficiency(key, step_kind, default_decoder, cuda_device, cuda_benchmark):
     ar_step = forward_inputs(default_decoder.config, key, cuda_device)

@@ -208,3 +208,13 @@ def test_each_thread_labels_its_own_captures(graph_class: type) -> None:
         cache("c")  # no key in this thread now
     assert counter.captures_per_key() == {"a": 2, "b": 1, None: 1}
     assert counter.recaptured_keys() == {"a": 2}
+
+
+def test_nested_keys_label_a_capture_with_the_innermost(graph_class: type) -> None:
+    with CaptureCounter(graph_class) as counter:
+        with counter.key("outer"):
+            capture(graph_class())
+            with counter.key("inner"):
+                capture(graph_class())
+            capture(graph_class())
+    assert [c.key for c in counter.captures] == ["outer", "inner", "outer"]

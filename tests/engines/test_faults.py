@@ -200,3 +200,15 @@ def test_assert_lock_free_name_must_be_text() -> None:
 
     with pytest.raises(TypeError, match="name must be a string or None, got 3"):
         FaultInjector().assert_lock_free(threading.Lock(), 3)  # type: ignore[arg-type]
+
+
+def test_one_attribute_patched_twice_is_restored_fully_newest_patch_first() -> None:
+    target = types.SimpleNamespace(load=lambda: "loaded")
+    original = target.load
+    injector = FaultInjector()
+    injector.fail(target, "load", on_call=5)
+    injector.fail(target, "load", on_call=5)
+    assert target.load is not original
+    injector.restore()
+    assert target.load is original  # undoing the older patch first would leave the newer's
+    assert target.load() == "loaded"

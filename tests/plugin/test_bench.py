@@ -262,3 +262,10 @@ def test_timer_for_a_cuda_device_synchronizes_first(monkeypatch: pytest.MonkeyPa
     assert timer() >= before
     assert synchronized == [torch.device("cuda", 1)]
     assert timer.__name__ == "cuda_synchronized_perf_counter"
+
+
+def test_a_stack_folder_without_its_baseline_file_is_still_missing(tmp_path: Path) -> None:
+    (tmp_path / "S").mkdir()
+    compare = str(tmp_path / STACK_PLACEHOLDER / "baseline.json")
+    with pytest.raises(ValueError, match=r"no benchmark file .*S.baseline\.json for this stack"):
+        fill_stack_paths({"benchmark_compare": compare}, lambda: "S")

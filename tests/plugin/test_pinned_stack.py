@@ -272,3 +272,18 @@ def test_with_stack_any_the_header_says_they_run_anyway(pytester: pytest.Pyteste
             "anyway (--cudagraph-stack any)"
         ]
     )
+
+
+@pytest.mark.parametrize("pin", ["~=2.7.0", "~=2.7", ">=2.7", "==2.7.*", ">=2.6,<2.8"])
+def test_a_pre_release_torch_matches_a_pin_its_release_matches(
+    pin: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NGC's containers ship torch as 2.x.0a0+<commit>: the release it becomes is 2.x.0."""
+    monkeypatch.setattr(torch, "__version__", "2.7.0a0+79aa17489c.nv25.4")
+    running = stack.running_stack()
+    assert running.torch == "2.7.0a0"
+    assert stack.mismatches({"torch": SpecifierSet(pin)}, running) == []
+    assert stack.mismatches({"torch": SpecifierSet("~=2.8.0")}, running) == [
+        "torch 2.7.0a0 not ~=2.8.0"
+    ]
+    assert stack.mismatches({"torch": SpecifierSet("==2.7.0a0")}, running) == []

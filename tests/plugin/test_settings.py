@@ -159,3 +159,58 @@ def test_settings_are_resolved_once_at_configure(
     )
     monkeypatch.setenv("PYTEST_CUDAGRAPH_SEED", "5")
     cpu_pytester.runpytest_inprocess().assert_outcomes(passed=1)
+
+
+def test_an_empty_environment_variable_means_unset(
+    cpu_pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cpu_pytester.makeini("[pytest]\ncudagraph_seed = 7\n")
+    cpu_pytester.makepyfile(
+        """
+        from pytest_cudagraph import settings
+
+        def test_seed(pytestconfig):
+            resolved = settings.snapshot(pytestconfig)[settings.SEED]
+            assert resolved == settings.Resolved(7, "ini cudagraph_seed")
+        """
+    )
+    monkeypatch.setenv("PYTEST_CUDAGRAPH_SEED", "")
+    cpu_pytester.runpytest_inprocess().assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    ("given", "resolved"),
+    [
+        ({"cli": "3", "env": "4", "ini": "5"}, (3, "--cudagraph-seed")),
+        ({"env": "4", "ini": "5"}, (4, "PYTEST_CUDAGRAPH_SEED")),
+        ({"ini": "5"}, (5, "ini cudagraph_seed")),
+        ({"ini": ""}, (0, "default")),  # an empty ini value is no value either
+        ({}, (0, "default")),
+    ],
+    ids=["command line", "environment", "ini", "empty ini", "default"],
+)
+def test_the_first_source_present_wins(
+    cpu_pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, given: dict, resolved: tuple
+) -> None:
+    if "ini" in given:
+        cpu_pytester.makeini(f"[pytest]\ncudagraph_seed = {given['ini']}\n")
+    if "env" in given:
+        monkeypatch.setenv("PYTEST_CUDAGRAPH_SEED", given["env"])
+    cpu_pytester.makepyfile(
+        f"""
+        from pytest_cudagraph import settings
+
+        def test_seed(pytestconfig):
+            resolved = settings.snapshot(pytestconfig)[settings.SEED]
+            assert resolved == settings.Resolved{resolved!r}
+        """
+    )
+    cli = [f"--cudagraph-seed={given['cli']}"] if "cli" in given else []
+    cpu_pytester.runpytest_inprocess(*cli).assert_outcomes(passed=1)
+
+
+def test_a_marker_value_beats_the_session_value() -> None:
+    snapshot = settings.Snapshot({"seed": settings.Resolved(5, "--cudagraph-seed")})
+    assert snapshot.value(settings.SEED) == 5
+    assert snapshot.value(settings.SEED, 3) == 3
+    assert snapshot.value(settings.SEED, 0) == 0  # a falsy marker value is still the marker's
