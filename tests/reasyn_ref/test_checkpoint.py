@@ -4,6 +4,8 @@ weights of the wrong name, shape, dtype, layout or values."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -425,6 +427,14 @@ def test_a_weight_no_checkpoint_holds_is_refused_naming_it(saved, nothing_built,
     assert str(bad) in str(refused.value) and "tensor '" in str(refused.value)
 
 
+def test_finite_weights_whose_sum_overflows_load_and_one_infinity_among_them_does_not(saved):
+    huge = rewrite(saved, weight_change(BIAS, lambda w: torch.full_like(w, 3e38)))
+    assert torch.equal(load_checkpoint(huge).state_dict()[BIAS], torch.full((272,), 3e38))
+    one_inf = weight_change(BIAS, lambda w: with_value(float("inf"))(torch.full_like(w, 3e38)))
+    with pytest.raises(ValueError, match=r"tensor 'head\.4\.bias' holds NaN or infinite"):
+        load_checkpoint(rewrite(saved, one_inf))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_weights_stored_in_half_precision_load_exactly(saved, tiny_decoder, dtype):
     assert dtype in WEIGHT_DTYPES
@@ -460,3 +470,17 @@ def test_a_model_saved_from_views_and_in_bf16_round_trips(tmp_path, tiny_decoder
     loaded = load_checkpoint(path)
     for name, weight in decoder.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], weight.float()), name
+
+
+def test_checking_a_file_against_its_config_does_not_import_dynamo(saved):
+    """The skeleton the weights are checked against is built on the meta device, where the
+    position tables, if computed, would import torch._dynamo (seconds, in every worker)."""
+    script = (
+        "import sys\n"
+        "from reasyn_ref import load_checkpoint\n"
+        f"load_checkpoint({str(saved)!r})\n"
+        "print(sorted(m for m in sys.modules if m.startswith('torch._dynamo')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
