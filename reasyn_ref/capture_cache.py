@@ -1,12 +1,7 @@
 """What both graph caches share: an LRU of captured graphs, one per key, each built by warm-ups
-and a capture on a side stream of the cache's device into a private memory pool, and released for
-real (graph destroyed, blocks handed back to the driver).
-
-``CaptureCache`` holds the lock, the LRU, the counters and the side stream, and builds an entry on
-a key's first use. A subclass says what an entry holds (``_new_entry``) and what its graph runs
-(``static_step``); the stages ``warm_up`` and ``capture`` are public, since tests and fault
-injection wrap them by name. ``GraphCache`` (the full AR step) and ``StepGraphCache`` (the KV
-step) are the two subclasses.
+and a capture on a side stream of the cache's device into a private memory pool, replayed and
+counted in one place, and released for real (graph destroyed, blocks handed back to the driver).
+``GraphCache`` (the full AR step) and ``StepGraphCache`` (the KV step) are its two subclasses.
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ from typing import Generic, Protocol, TypeVar
 import torch
 from torch import Tensor
 
-from .checks import check_count
+from .checks import check_int
 
 # "thread_local": only this thread's unsafe CUDA calls (a sync, a cudaMalloc) during a capture
 # are errors, so a sync hidden in the forward still fails loudly, while another thread touching
@@ -38,8 +33,7 @@ class LRU(Generic[K, V]):
     """Least-recently-used order over at most ``capacity`` items, oldest first."""
 
     def __init__(self, capacity: int) -> None:
-        check_count("capacity", capacity)
-        self.capacity = capacity
+        self.capacity = check_int("capacity", capacity, minimum=1)
         self._items: OrderedDict[K, V] = OrderedDict()
 
     def get(self, key: K) -> V | None:
@@ -105,8 +99,8 @@ E = TypeVar("E", bound=CapturedEntry)
 def check_capture_settings(cache: str, capacity: int, warmups: int) -> None:
     """What every graph cache checks first: ``capacity`` and ``warmups`` are counts, and CUDA is
     there (``cache`` names the cache in the error)."""
-    check_count("capacity", capacity)
-    check_count("warmups", warmups)
+    check_int("capacity", capacity, minimum=1)
+    check_int("warmups", warmups, minimum=1)
     if not torch.cuda.is_available():
         raise RuntimeError(f"{cache} needs CUDA: torch.cuda.is_available() is False")
 
@@ -115,54 +109,64 @@ class CaptureCache(Generic[K, E]):
     """Captured graphs on ``device``, one per key, at most ``capacity``, LRU order.
 
     A subclass checks its arguments (``check_capture_settings`` first), then calls this
-    constructor, which creates the side stream on ``device``. Lookups (``_get_or_build``) run
-    under ``lock`` and in the device's context.
+    constructor, and provides ``new_entry(key)`` (an entry with a fresh graph, pool and buffers),
+    ``static_step(entry)`` (the forward on its buffers, what warm-ups run and a capture records)
+    and its ``replay`` stage, which refreshes what the graph reads and calls ``replay_graph``.
+    Its calls take the entry of a key from ``lookup`` under ``lock`` and in the device's context.
+
+    ``STAGES`` are the methods every call runs through, in order (a subclass may add its own);
+    they are public and part of the contract: tests, fault injection and subclasses wrap them by
+    name. Also public, for subclasses and test doubles: ``entries`` (the LRU of entries; read it
+    under ``lock``), ``side_stream`` (where warm-ups and captures run, made on ``device`` here)
+    and ``stats``.
     """
+
+    STAGES: tuple[str, ...] = ("warm_up", "capture", "replay")
 
     def __init__(self, device: torch.device, *, capacity: int, warmups: int) -> None:
         self.device = device
         self.warmups = warmups
         self.lock = threading.Lock()
         self.stats: CacheStats[K] = CacheStats()
-        self._lru: LRU[K, E] = LRU(capacity)
+        self.entries: LRU[K, E] = LRU(capacity)
         with torch.cuda.device(device):
-            self._side_stream = torch.cuda.Stream(device=device)
+            self.side_stream = torch.cuda.Stream(device=device)
 
     @property
     def capacity(self) -> int:
-        return self._lru.capacity
+        return self.entries.capacity
 
     def keys(self) -> list[K]:
         """The cached keys, least recently used first. A snapshot taken without the lock (one
         C-level copy under the GIL), so that it can be read from anywhere, a stage included."""
-        return self._lru.keys()
+        return self.entries.keys()
 
     def clear(self) -> None:
         """Drop every graph and its buffers, and give their memory back."""
         with self.lock, torch.cuda.device(self.device):
-            self._release([entry for _, entry in self._lru.pop_all()])
+            self._release([entry for _, entry in self.entries.pop_all()])
 
     # --- what a subclass provides ------------------------------------------------------------
+
+    def new_entry(self, key: K) -> E:
+        """An entry for ``key`` with a fresh graph, pool and buffers, not yet captured."""
+        raise NotImplementedError
 
     def static_step(self, entry: E) -> Tensor:
         """The forward on the entry's static buffers: what warm-ups run and the capture records."""
         raise NotImplementedError
 
-    def _new_entry(self, key: K) -> E:
-        """An entry for ``key`` with a fresh graph, pool and buffers, not yet captured."""
-        raise NotImplementedError
-
-    # --- stages (public: tests and fault injection wrap them) --------------------------------
+    # --- stages --------------------------------------------------------------------------------
 
     def warm_up(self, entry: E) -> None:
         """Run the forward on the side stream first, so that lazy initialisation (cuBLAS
         handles, workspaces, kernel loading) happens before the capture, not inside it."""
         caller_stream = torch.cuda.current_stream()
-        self._side_stream.wait_stream(caller_stream)
-        with torch.cuda.stream(self._side_stream):
+        self.side_stream.wait_stream(caller_stream)
+        with torch.cuda.stream(self.side_stream):
             for _ in range(self.warmups):
                 self.static_step(entry)
-        caller_stream.wait_stream(self._side_stream)
+        caller_stream.wait_stream(self.side_stream)
 
     def capture(self, entry: E) -> None:
         """Record ``static_step`` into the entry's graph, in its private pool."""
@@ -171,7 +175,7 @@ class CaptureCache(Generic[K, E]):
             with torch.cuda.graph(
                 entry.graph,
                 pool=entry.pool,
-                stream=self._side_stream,
+                stream=self.side_stream,
                 capture_error_mode=CAPTURE_ERROR_MODE,
             ):
                 entry.logits = self.static_step(entry)
@@ -179,14 +183,21 @@ class CaptureCache(Generic[K, E]):
             # torch.cuda.graph skips restoring the caller's stream when ending the capture fails.
             torch.cuda.set_stream(caller_stream)
 
+    def replay_graph(self, entry: E) -> None:
+        """Replay the entry's graph on the current stream and count it in ``stats.replays``: the
+        one place a replay happens, so the count is of replays that ran."""
+        entry.graph.replay()
+        self.stats.replays += 1
+
     # --- entries -----------------------------------------------------------------------------
 
-    def _get_or_build(self, key: K) -> E:
-        """The entry of ``key``, built on first use; evicts past capacity. Under the lock."""
-        entry = self._lru.get(key)
+    def lookup(self, key: K) -> E:
+        """The entry of ``key``, built on first use; evicts past capacity. Call it under
+        ``lock``, in the device's context."""
+        entry = self.entries.get(key)
         if entry is None:
             entry = self._build(key)
-            evicted = self._lru.put(key, entry)
+            evicted = self.entries.put(key, entry)
             self.stats.evictions += len(evicted)
             self._release([old for _, old in evicted])
         else:
@@ -196,7 +207,7 @@ class CaptureCache(Generic[K, E]):
     def _build(self, key: K) -> E:
         """A new entry, fully captured; on any error nothing of it survives."""
         start = time.perf_counter()
-        entry = self._new_entry(key)
+        entry = self.new_entry(key)
         try:
             self.warm_up(entry)
             self.capture(entry)
@@ -210,7 +221,7 @@ class CaptureCache(Generic[K, E]):
 
     def _discard(self, entry: E) -> None:
         """Undo a failed build: end a capture left open, then free the entry."""
-        with torch.cuda.stream(self._side_stream):
+        with torch.cuda.stream(self.side_stream):
             if torch.cuda.is_current_stream_capturing():
                 # The error that brought us here is the one to report.
                 with contextlib.suppress(RuntimeError):

@@ -1,14 +1,21 @@
 """Checkpoints: a model's weights and the config they were built with, in one plain dict.
 
-Files are written with ``torch.save`` and read back with ``torch.load(weights_only=True)``, so
-loading never runs code a file carries. Whatever is wrong with a file (code in it, truncated,
-empty, not a checkpoint, a config or weights that do not fit) is a ValueError naming the path.
+Files are written with ``torch.save`` (a zip archive) and read back with
+``torch.load(weights_only=True)``, so loading never runs code a file carries. Nothing is built
+from a file before it is checked: the archive whole (every member's CRC, so a flipped or lost
+byte is found), then its config, then every weight's name, shape, dtype and layout against
+what that config builds, on a skeleton that allocates nothing (``model.skeleton``). Whatever is
+wrong with a file's content is a ValueError naming the path and the rule.
 """
 
 from __future__ import annotations
 
+import io
+import math
 import os
 import pickle
+import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +23,7 @@ import torch
 from torch import Tensor
 
 from .config import DecoderConfig, EncoderConfig
-from .model import Decoder, Encoder
+from .model import LAYERS, Decoder, Encoder, skeleton
 
 FORMAT_VERSION = 1
 
@@ -27,6 +34,13 @@ KINDS = {
 }
 PAYLOAD_KEYS = {"format_version", "kind", "config", "state_dict"}
 
+# The dtypes a weight may be stored in: the model is built in float32, which holds each exactly.
+WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+# The MS-DOS directory attribute of a zip member: torch's zip reader (miniz) reads a member
+# carrying it as an empty folder, Python's zipfile does not look at it.
+DOS_DIRECTORY = 0x10
+
 
 def save_checkpoint(
     path: str | os.PathLike[str],
@@ -35,8 +49,9 @@ def save_checkpoint(
 ) -> None:
     """Write ``model``'s weights with ``config`` (which must be ``model.config``) to ``path``.
 
-    The file is written beside ``path`` and moved into place, so a failed save leaves any
-    earlier checkpoint there intact.
+    Every weight must be one ``load_checkpoint`` takes (``check_weights``). The file is written
+    beside ``path`` and moved into place, so a failed save leaves any earlier checkpoint there
+    intact.
     """
     path = _checked_path(path)
     kind = next((k for k, (cls, _) in KINDS.items() if isinstance(model, cls)), None)
@@ -53,11 +68,17 @@ def save_checkpoint(
             f"config does not match model.config: a checkpoint stores the config its weights were "
             f"built with ({config!r} != {model.config!r})"
         )
+    # Dense CPU copies of their own, so each weight owns exactly its bytes in the file.
+    state = {
+        name: t.detach().to("cpu", memory_format=torch.contiguous_format, copy=True)
+        for name, t in model.state_dict().items()
+    }
+    check_weights(f"cannot save to {path}", state)
     payload = {
         "format_version": FORMAT_VERSION,
         "kind": kind,
         "config": config.to_dict(),
-        "state_dict": {name: t.detach().cpu() for name, t in model.state_dict().items()},
+        "state_dict": state,
     }
     partial = path.with_name(path.name + ".partial")
     try:
@@ -70,22 +91,24 @@ def save_checkpoint(
 def load_checkpoint(path: str | os.PathLike[str]) -> Decoder | Encoder:
     """The Decoder or Encoder stored at ``path``, in eval mode on the CPU; its config is
     ``model.config``. A missing file is a FileNotFoundError; anything wrong with the file's
-    content is a ValueError naming ``path``."""
+    content is a ValueError naming ``path``, raised before any model is built."""
     path = _checked_path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint file at {path}")
+    data = path.read_bytes()  # read once: what is checked is what is loaded
+    check_archive(path, data)
     try:
-        payload = torch.load(path, weights_only=True, map_location="cpu")
+        payload = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as exc:
         raise ValueError(
             f"refused to load {path}: it holds pickled objects or code that weights-only loading "
             f"does not allow, or is not a torch.save file ({exc})"
         ) from exc
     except (RuntimeError, EOFError, KeyError, ValueError, TypeError, AttributeError) as exc:
-        # What torch.load raises for an empty, truncated or foreign file.
+        # What torch.load raises for a whole archive that torch.save did not write.
         raise ValueError(
-            f"{path} is not a readable checkpoint (empty, truncated or not written by "
-            f"torch.save): {type(exc).__name__}: {exc}"
+            f"{path} is not a readable checkpoint (not written by torch.save): "
+            f"{type(exc).__name__}: {exc}"
         ) from exc
     if not isinstance(payload, dict) or set(payload) != PAYLOAD_KEYS:
         found = sorted(payload, key=repr) if isinstance(payload, dict) else type(payload).__name__
@@ -106,16 +129,56 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Decoder | Encoder:
         config = config_class.from_dict(payload["config"])
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path} holds an invalid {kind} config: {exc}") from exc
+    check_state_dict(path, payload["state_dict"], config)
     model = model_class(config)
-    check_state_dict(path, payload["state_dict"], model.state_dict())
     model.load_state_dict(payload["state_dict"])
     return model.eval()
 
 
-def check_state_dict(path: str | os.PathLike[str], state: Any, expected: dict[str, Tensor]) -> None:
-    """Names and shapes of ``state`` must be exactly those the stored config builds."""
+def check_archive(path: Path, data: bytes) -> None:
+    """``data`` (the file at ``path``) is a whole zip archive of plain files, each matching its
+    CRC: truncation, damage or a flipped byte anywhere a weight is read from is found here."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = archive.infolist()
+            for member in members:
+                if member.is_dir() or member.external_attr & DOS_DIRECTORY:
+                    raise zipfile.BadZipFile(f"member {member.filename!r} is marked a folder")
+            damaged = archive.testzip()  # reads every member and checks its CRC
+    except (
+        zipfile.BadZipFile,
+        EOFError,
+        OSError,
+        OverflowError,
+        ValueError,
+        RuntimeError,
+        NotImplementedError,
+    ) as exc:
+        # What zipfile raises on a cut or damaged archive, each seen when bytes of its headers
+        # are flipped: an offset past either end, a name that is not text, an "encrypted"
+        # member, a compression method torch.save never uses.
+        raise ValueError(
+            f"{path} is not a whole checkpoint (truncated, damaged or not a torch.save zip "
+            f"archive): {exc}"
+        ) from exc
+    if damaged is not None:
+        raise ValueError(f"{path} is damaged: its member {damaged!r} has a bad header or CRC")
+
+
+def check_state_dict(
+    path: str | os.PathLike[str], state: Any, config: DecoderConfig | EncoderConfig
+) -> None:
+    """The names and shapes of ``state`` must be exactly those the model of ``config`` holds,
+    and each weight one a checkpoint may hold (``check_weights``), all checked without building
+    that model: a config asking for more than the file holds is refused first."""
     if not isinstance(state, dict) or not all(isinstance(t, Tensor) for t in state.values()):
         raise ValueError(f"{path}: state_dict must be a dict of tensors")
+    if config.num_layers > len(state):  # each layer holds weights of its own
+        raise ValueError(
+            f"{path}: the stored config has {config.num_layers} layers, but the state_dict holds "
+            f"{len(state)} tensors in all"
+        )
+    expected = expected_shapes(config)
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected), key=repr)
     if missing or unexpected:
@@ -124,11 +187,66 @@ def check_state_dict(path: str | os.PathLike[str], state: Any, expected: dict[st
             f"unexpected {unexpected}"
         )
     for name, tensor in state.items():
-        if tensor.shape != expected[name].shape:
+        if tensor.shape != expected[name]:
             raise ValueError(
                 f"{path}: tensor {name!r} has shape {tuple(tensor.shape)}; the stored config "
-                f"builds {tuple(expected[name].shape)}"
+                f"builds {tuple(expected[name])}"
             )
+    check_weights(str(path), state)
+
+
+def expected_shapes(config: DecoderConfig | EncoderConfig) -> dict[str, torch.Size]:
+    """The name and shape of every weight the model of ``config`` holds: its one-layer
+    skeleton's, with layer 0's repeated for each of ``config.num_layers``."""
+    one_layer = {name: t.shape for name, t in skeleton(config).state_dict().items()}
+    first = f"{LAYERS}0."
+    shapes = {name: shape for name, shape in one_layer.items() if not name.startswith(first)}
+    for layer in range(config.num_layers):
+        for name, shape in one_layer.items():
+            if name.startswith(first):
+                shapes[f"{LAYERS}{layer}.{name[len(first) :]}"] = shape
+    return shapes
+
+
+def check_weights(where: str, state: Mapping[str, Tensor]) -> None:
+    """Each weight a dense CPU tensor of a ``WEIGHT_DTYPES`` dtype that owns exactly its bytes
+    (contiguous, its storage its own; so loading takes no more memory than the file holds, where
+    a stride-0 view or a storage shared by many tensors could ask for far more), finite; else a
+    ValueError starting with ``where`` and naming the tensor."""
+    storages: set[int] = set()
+    for name, tensor in state.items():
+        if tensor.layout != torch.strided:
+            raise ValueError(f"{where}: tensor {name!r} is {tensor.layout}; weights are dense")
+        if tensor.device.type != "cpu":
+            raise ValueError(
+                f"{where}: tensor {name!r} is on {tensor.device}; a checkpoint holds CPU tensors "
+                "with their values"
+            )
+        if tensor.dtype not in WEIGHT_DTYPES:
+            allowed = ", ".join(map(str, WEIGHT_DTYPES))
+            raise ValueError(
+                f"{where}: tensor {name!r} is {tensor.dtype}; weights must be one of {allowed}"
+            )
+        storage = tensor.untyped_storage()
+        address = storage.data_ptr() if storage.nbytes() else None  # empty ones share 0
+        owned = (
+            tensor.is_contiguous()
+            and tensor.storage_offset() == 0
+            and storage.nbytes() == tensor.numel() * tensor.element_size()
+            and address not in storages
+        )
+        if not owned:
+            raise ValueError(
+                f"{where}: tensor {name!r} does not own exactly its bytes (a view, strided, or "
+                "sharing its storage with another tensor)"
+            )
+        if address is not None:
+            storages.add(address)
+        # A sum is finite only if every element is (NaN and inf carry through it), and costs a
+        # fraction of isfinite's kernels; only a sum that overflows needs the exact check.
+        total = float(tensor.sum(dtype=torch.float32))
+        if not math.isfinite(total) and not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"{where}: tensor {name!r} holds NaN or infinite values")
 
 
 def _checked_path(path: object) -> Path:

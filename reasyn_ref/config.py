@@ -6,18 +6,29 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .checks import check_int
+
 C = TypeVar("C", bound="_TransformerConfig")
+
+# The longest max_len a model takes: the decoder builds a causal mask of max_len x max_len
+# (4096: 64 MiB in fp32), so a config from a file cannot ask for terabytes.
+MAX_LEN = 4096
 
 
 class _TransformerConfig:
     """What the decoder's and the encoder's configs share: the width checks and the dict form
     stored in checkpoints."""
 
+    d_model: int
+    nhead: int
+    max_len: int
+
     def _check_widths(self) -> None:
         _check_types(self)
-        _check_positive(
-            self, "d_model", "nhead", "dim_feedforward", "num_layers", "vocab_size", "max_len"
-        )
+        name = type(self).__name__
+        for field in ("d_model", "nhead", "dim_feedforward", "num_layers", "vocab_size"):
+            check_int(f"{name}.{field}", getattr(self, field), minimum=1)
+        check_int(f"{name}.max_len", self.max_len, minimum=1, maximum=MAX_LEN, label="MAX_LEN")
         if self.d_model % self.nhead:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by nhead ({self.nhead})")
 
@@ -104,13 +115,6 @@ def _check_types(config: object) -> None:
             )
         if not ok:
             raise TypeError(f"{type(config).__name__}.{f.name} must be {f.type}, got {value!r}")
-
-
-def _check_positive(config: object, *names: str) -> None:
-    for name in names:
-        value = getattr(config, name)
-        if value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def _known_fields(cls: type, data: object) -> dict[str, Any]:

@@ -21,8 +21,8 @@ pad each target's memory, masked. Any other shape in a key must be a bucket too.
 Graphs live in an LRU of ``capacity`` entries, each in its own private memory pool (a pool
 shared between graphs is only safe when they replay in capture order). All work runs on the
 decoder's device: warm-ups and capture on a side stream created once per cache (the mechanics
-are ``capture.CaptureCache``'s, shared with ``StepGraphCache``), replay and the output copy on
-the device's current stream.
+are ``capture_cache.CaptureCache``'s, shared with ``StepGraphCache``), replay and the output
+copy on the device's current stream.
 """
 
 from __future__ import annotations
@@ -30,18 +30,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .bucketing import SEQ_BUCKET, is_batch_bucket, is_seq_bucket
-from .capture_cache import (
-    LRU as LRU,  # re-exported: callers written before capture.py import it here
-)
 from .capture_cache import CaptureCache, check_capture_settings
-from .checks import check_bool
+from .checks import check_bool, check_device
 from .config import DecoderConfig
 from .lean import LeanDecoder
-from .model import ar_step_logits, step_context, with_bf16_matmul_weights
-from .step import ARStep, GraphKey, as_step
+from .model import Decoder, ar_step_logits, step_context, with_bf16_matmul_weights
+from .step import ARStep, GraphKey
 
 MEMORY_BUCKET = SEQ_BUCKET
 
@@ -78,38 +75,37 @@ class GraphCache(CaptureCache[GraphKey, GraphEntry]):
     returns fp32 logits [step.rows, vocab], a tensor of its own that later calls never
     overwrite. Thread-safe: one lock (``.lock``) covers lookup, capture and replay.
 
-    Stages. A call runs, under the lock, ``STAGES`` in order: on a key not yet cached
-    ``warm_up(entry)`` and ``capture(entry)`` (both run ``static_step(entry)``, the forward on
-    the entry's static inputs), then ``replay(entry, step)`` and ``copy_out(entry, rows)``.
-    They are public and part of the contract: tests, fault injection and subclasses may wrap
-    them. Failures leave the cache consistent: an error while building (warm-up, capture)
-    discards the half-built entry before it is ever stored; an error in replay or copy-out
-    keeps the stored entry, which stays valid because every call refreshes all of its inputs
-    before replaying.
+    Stages. A call runs, under the lock, ``STAGES`` in order (``CaptureCache``'s and one of its
+    own): on a key not yet cached ``warm_up(entry)`` and ``capture(entry)`` (both run
+    ``static_step(entry)``, the forward on the entry's static inputs), then
+    ``replay(entry, step)`` and ``copy_out(entry, rows)``. Failures leave the cache consistent:
+    an error while building (warm-up, capture) discards the half-built entry before it is ever
+    stored; an error in replay or copy-out keeps the stored entry, which stays valid because
+    every call refreshes all of its inputs before replaying.
     """
 
-    STAGES = ("warm_up", "capture", "replay", "copy_out")
+    STAGES = (*CaptureCache.STAGES, "copy_out")
 
     def __init__(
         self,
-        decoder: nn.Module,
+        decoder: Decoder,
         device: torch.device | str | int,
         *,
         lean: bool = False,
         capacity: int = 3,
         warmups: int = 3,
     ) -> None:
+        if not isinstance(decoder, Decoder):
+            raise TypeError(f"decoder must be a reasyn_ref Decoder, got {type(decoder).__name__}")
+        device = check_device("device", device)
         check_bool("lean", lean)
         check_capture_settings("GraphCache", capacity, warmups)
-        weight = next(decoder.parameters(), None)
-        if weight is None:
-            raise ValueError("decoder has no parameters; GraphCache binds to their device")
+        weight = decoder.embed.weight
         if weight.device.type != "cuda":
             raise ValueError(
                 f"GraphCache needs the decoder on a CUDA device; its parameters are on "
                 f"{weight.device}"
             )
-        device = torch.device(device)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         if device != weight.device:
@@ -130,18 +126,15 @@ class GraphCache(CaptureCache[GraphKey, GraphEntry]):
                 LeanDecoder(decoder) if lean else with_bf16_matmul_weights(decoder)
             )
 
-    def __call__(
-        self, step: ARStep | Tensor, *loose: Tensor | None, rows: int | None = None
-    ) -> Tensor:
+    def __call__(self, step: ARStep) -> Tensor:
         """fp32 logits [step.rows, vocab] of one AR step, from its key's graph (captured on
-        first use). ``cache(tokens, memory, memory_padding_mask, gather, rows=...)``, the form
-        before ARStep, is still accepted."""
-        step = as_step(step, loose, rows)
+        first use)."""
+        if not isinstance(step, ARStep):
+            raise TypeError(f"step must be an ARStep, got {type(step).__name__}")
         key = check_graph_step(self.config, self.device, self.memory_dtype, step)
         with self.lock, torch.cuda.device(self.device):
-            entry = self._get_or_build(key)
+            entry = self.lookup(key)
             self.replay(entry, step)
-            self.stats.replays += 1
             return self.copy_out(entry, step.rows)
 
     def eager(self, step: ARStep) -> Tensor:
@@ -170,13 +163,13 @@ class GraphCache(CaptureCache[GraphKey, GraphEntry]):
         if step.memory_padding_mask is not None:
             entry.memory_padding_mask.copy_(step.memory_padding_mask)
         entry.gather.copy_(step.gather)
-        entry.graph.replay()
+        self.replay_graph(entry)
 
     def copy_out(self, entry: GraphEntry, rows: int) -> Tensor:
         """The real rows as fp32 in fresh memory: the static output is rewritten by every replay."""
         return entry.logits[:rows].to(torch.float32, copy=True)
 
-    def _new_entry(self, key: GraphKey) -> GraphEntry:
+    def new_entry(self, key: GraphKey) -> GraphEntry:
         # Zeros are valid inputs (token id 0, gather 0, no padding) for the warm-ups.
         def zeros(*shape: int, dtype: torch.dtype) -> Tensor:
             return torch.zeros(shape, dtype=dtype, device=self.device)
@@ -233,16 +226,3 @@ def check_graph_step(
             f"{MEMORY_BUCKET}); pad the target's memory and mask its padding"
         )
     return key
-
-
-def check_graph_inputs(
-    config: DecoderConfig,
-    device: torch.device,
-    memory_dtype: torch.dtype,
-    step: ARStep | Tensor,
-    *loose: Tensor | None,
-    rows: int | None = None,
-) -> GraphKey:
-    """``check_graph_step`` for the loose form ``(tokens, memory, memory_padding_mask, gather,
-    rows=...)`` that callers written before ARStep pass (reasyn_ref/targets/reference.py)."""
-    return check_graph_step(config, device, memory_dtype, as_step(step, loose, rows))

@@ -1,4 +1,4 @@
-"""Incremental AR decoding with a static KV cache, for the weights of a ``Decoder``.
+"""The KV decoder: AR decoding with a static KV cache, for the weights of a ``Decoder``.
 
 ``Decoder`` recomputes the whole prefix at every step, as upstream does. ``KVDecoder``
 reads the same modules (the same checkpoints load into it) and computes the same math one token
@@ -8,7 +8,7 @@ computed once, a prefill runs the right-padded prefixes, and each step feeds one
 that row's own position and writes its keys and values there, in place.
 
 A step reads and writes only ``StepBuffers`` of fixed shapes, so the same step can be captured
-once per ``StepKey`` and replayed (``incremental_graphs``); ``EagerSteps`` runs it eagerly on
+once per ``StepKey`` and replayed (``kv_graphs``); ``EagerSteps`` runs it eagerly on
 buffers of the very same shapes, which is what makes graphs and eager bit-identical.
 """
 
@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .checks import check_bool, check_int, check_tensor, describe
 from .config import DecoderConfig
 from .model import Decoder, step_context
 
@@ -38,7 +39,7 @@ class StepKey(NamedTuple):
 
 @dataclass(eq=False)
 class StepBuffers:
-    """Everything an incremental step reads and writes, in fixed shapes (``L`` layers, ``Bb``
+    """Everything a KV step reads and writes, in fixed shapes (``L`` layers, ``Bb``
     rows, ``S`` cache positions, ``M`` memory positions, ``d`` the model width):
 
     inputs: long [2, Bb]; row 0 holds each row's token, row 1 the position it sits at.
@@ -77,6 +78,9 @@ class KVDecoder:
 
     Use: ``load_target`` once per target, ``prefill`` once per batch of prefixes, then ``step``
     once per token. Buffers from ``new_buffers`` (or of the same shapes and dtype).
+
+    Inference only: the three run under ``torch.no_grad()`` whatever the caller's grad mode,
+    since they write the buffers in place and no gradient is ever taken through them.
     """
 
     def __init__(self, decoder: Decoder) -> None:
@@ -113,6 +117,7 @@ class KVDecoder:
             cross_mask=torch.zeros(memory_len, dtype=dtype, device=device),
         )
 
+    @torch.no_grad()
     def load_target(
         self, buffers: StepBuffers, memory: Tensor, memory_padding_mask: Tensor
     ) -> None:
@@ -128,6 +133,7 @@ class KVDecoder:
             cross.copy_(keys_values.view(-1, 2, d).transpose(0, 1))
         buffers.cross_mask.zero_().masked_fill_(memory_padding_mask[0], float("-inf"))
 
+    @torch.no_grad()
     def prefill(self, buffers: StepBuffers, tokens: Tensor, gather: Tensor) -> Tensor:
         """Run the prefixes, tokens long [Bb, P] right-padded (P <= cache_len), and write their
         keys and values at positions [0, P) of every row; returns the logits [Bb, vocab] at
@@ -151,6 +157,7 @@ class KVDecoder:
         last = torch.take_along_dim(x, gather.view(-1, 1, 1), dim=1).squeeze(1)
         return self.decoder.head(self.decoder.transformer.norm(last))
 
+    @torch.no_grad()
     def step(self, buffers: StepBuffers) -> Tensor:
         """One token per row: ``buffers.tokens`` at ``buffers.positions``. Writes each row's keys
         and values at its position, attends over positions [0, position] of that row, and
@@ -240,9 +247,9 @@ class EagerSteps:
 
     def __init__(self, kv: KVDecoder, *, bf16: bool) -> None:
         if not isinstance(kv, KVDecoder):
-            raise TypeError(f"kv must be an KVDecoder, got {type(kv).__name__}")
+            raise TypeError(f"kv must be a KVDecoder, got {type(kv).__name__}")
         self.kv = kv
-        self.bf16 = bf16
+        self.bf16 = check_bool("bf16", bf16)
 
     @contextlib.contextmanager
     def claim(self, key: StepKey) -> Iterator[StepSlot]:
@@ -257,7 +264,7 @@ class _EagerSlot:
     buffers: StepBuffers
 
     def step(self, rows: int) -> Tensor:
-        check_rows(rows, self.buffers.key.batch)
+        check_int("rows", rows, minimum=1, maximum=self.buffers.key.batch, label="Bb")
         with step_context(self.steps.kv.device, self.steps.bf16):
             logits = self.steps.kv.step(self.buffers)
         return logits[:rows].to(torch.float32, copy=True)
@@ -268,8 +275,7 @@ def check_step_key(config: DecoderConfig, key: StepKey) -> None:
     if not isinstance(key, tuple) or len(key) != 3:
         raise TypeError(f"key must be a StepKey (batch, cache_len, memory_len), got {key!r}")
     for name, value in zip(StepKey._fields, key, strict=True):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"key.{name} must be an int >= 1, got {value!r}")
+        check_int(f"key.{name}", value, minimum=1)
     if key[1] > config.max_len:
         raise ValueError(f"key.cache_len {key[1]} exceeds the decoder's max_len {config.max_len}")
 
@@ -317,14 +323,10 @@ def check_target_memory(
 ) -> None:
     memory_len = buffers.key.memory_len
     shape = (1, memory_len, config.d_model)
-    if not isinstance(memory, Tensor) or not memory.is_floating_point():
-        raise ValueError(f"memory must be a floating-point tensor {shape}, got {describe(memory)}")
+    check_tensor("memory", memory, None)
     if tuple(memory.shape) != shape:
         raise ValueError(f"memory must be one target's {shape}, got {tuple(memory.shape)}")
-    if not isinstance(memory_padding_mask, Tensor) or memory_padding_mask.dtype != torch.bool:
-        raise ValueError(
-            f"memory_padding_mask must be a torch.bool tensor, got {describe(memory_padding_mask)}"
-        )
+    check_tensor("memory_padding_mask", memory_padding_mask, torch.bool)
     if tuple(memory_padding_mask.shape) != shape[:2]:
         raise ValueError(
             f"memory_padding_mask must be {shape[:2]}, got {tuple(memory_padding_mask.shape)}"
@@ -342,15 +344,15 @@ def check_prefill_inputs(
     """tokens long [Bb, P] with P <= cache_len, gather long [Bb]; values checked on the CPU
     only (on a GPU that would be a host sync). Returns P."""
     batch, cache_len, _ = buffers.key
-    if not isinstance(tokens, Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
-        raise ValueError(f"tokens must be a torch.long tensor [Bb, P], got {describe(tokens)}")
-    if tokens.shape[0] != batch or not 1 <= tokens.shape[1] <= cache_len:
+    check_tensor("tokens", tokens, torch.long)
+    if tokens.dim() != 2 or tokens.shape[0] != batch or not 1 <= tokens.shape[1] <= cache_len:
         raise ValueError(
             f"tokens must be [Bb={batch}, P] with 1 <= P <= cache_len={cache_len}, got "
             f"{tuple(tokens.shape)}"
         )
-    if not isinstance(gather, Tensor) or gather.dtype != torch.long or gather.shape != (batch,):
-        raise ValueError(f"gather must be a torch.long tensor [Bb={batch}], got {describe(gather)}")
+    check_tensor("gather", gather, torch.long)
+    if gather.shape != (batch,):
+        raise ValueError(f"gather must be [Bb={batch}], got {tuple(gather.shape)}")
     for name, tensor in (("tokens", tokens), ("gather", gather)):
         if tensor.device != buffers.cache.device:
             raise ValueError(
@@ -373,14 +375,3 @@ def check_ids(name: str, values: Tensor, bound: int) -> None:
     lo, hi = int(values.min()), int(values.max())
     if lo < 0 or hi >= bound:
         raise ValueError(f"{name} holds values in [{lo}, {hi}]; they must lie in [0, {bound})")
-
-
-def describe(value: object) -> str:
-    if isinstance(value, Tensor):
-        return f"{value.dtype} tensor of shape {tuple(value.shape)}"
-    return type(value).__name__
-
-
-def check_rows(rows: int, batch: int) -> None:
-    if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= batch:
-        raise ValueError(f"rows must be an int in [1, Bb={batch}], got {rows!r}")

@@ -1,4 +1,4 @@
-"""CUDA graphs of the incremental step, one per ``StepKey``, LRU-bounded.
+"""CUDA graphs of the KV decoder's step, one per ``StepKey``, LRU-bounded.
 
 Each graph owns its ``StepBuffers``: the KV cache, the tokens and positions, the target's
 cross-attention keys, values and mask. Nothing a step reads is baked in: the caller writes the
@@ -12,9 +12,9 @@ shapes, so the two are bit-identical. Capture runs the step on the buffers (warm
 so it happens in ``claim`` before any target goes in. A claim holds the cache's lock for the
 whole target: the buffers are one target's state until the claim ends.
 
-As in ``graph_cache`` (both are ``capture.CaptureCache``): one private memory pool per graph,
-warm-ups and capture on a side stream of the decoder's device, replay on its current stream,
-logits copied out as fp32 of their own.
+As in ``graph_cache`` (both are ``capture_cache.CaptureCache``): one private memory pool per
+graph, warm-ups and capture on a side stream of the decoder's device, replay on its current
+stream, logits copied out as fp32 of their own.
 """
 
 from __future__ import annotations
@@ -27,14 +27,8 @@ import torch
 from torch import Tensor
 
 from .capture_cache import CaptureCache, check_capture_settings
-from .kv_decoder import (
-    KVDecoder,
-    StepBuffers,
-    StepKey,
-    StepSlot,
-    check_rows,
-    check_step_key,
-)
+from .checks import check_int
+from .kv_decoder import KVDecoder, StepBuffers, StepKey, StepSlot, check_step_key
 from .model import step_context
 
 
@@ -52,7 +46,7 @@ class StepGraph:
         """Replay on the buffers as they are now; fp32 logits [rows, vocab] of their own."""
         if self.graph is None:
             raise RuntimeError("this step graph was released: use a slot only inside its claim")
-        check_rows(rows, self.buffers.key.batch)
+        check_int("rows", rows, minimum=1, maximum=self.buffers.key.batch, label="Bb")
         self.cache.replay(self)
         return self.logits[:rows].to(torch.float32, copy=True)
 
@@ -63,15 +57,15 @@ class StepGraph:
 
 
 class StepGraphCache(CaptureCache[StepKey, StepGraph]):
-    """Graphs of ``kv``'s bf16 incremental step, one per ``StepKey``, at most ``capacity``.
+    """Graphs of ``kv``'s bf16 step, one per ``StepKey``, at most ``capacity``.
 
     ``with cache.claim(key) as slot:`` gives the key's buffers (captured on first use) and
     ``slot.step(rows)``, the replay. ``kv`` should hold the weights the graphs are to run
     (``KVDecoder(with_bf16_matmul_weights(decoder))`` saves a cast per weight).
 
-    Stages, public as ``GraphCache``'s (fault injection wraps them by name): on a key's first
-    claim ``warm_up(entry)`` and ``capture(entry)``, both running ``static_step(entry)``; each
-    ``slot.step`` runs ``replay(entry)``.
+    ``STAGES`` are ``CaptureCache``'s, public as ``GraphCache``'s (fault injection wraps them by
+    name): on a key's first claim ``warm_up(entry)`` and ``capture(entry)``, both running
+    ``static_step(entry)``; each ``slot.step`` runs ``replay(entry)``.
     """
 
     def __init__(
@@ -82,7 +76,7 @@ class StepGraphCache(CaptureCache[StepKey, StepGraph]):
         warmups: int = 3,
     ) -> None:
         if not isinstance(kv, KVDecoder):
-            raise TypeError(f"kv must be an KVDecoder, got {type(kv).__name__}")
+            raise TypeError(f"kv must be a KVDecoder, got {type(kv).__name__}")
         check_capture_settings("StepGraphCache", capacity, warmups)
         if kv.device.type != "cuda":
             raise ValueError(
@@ -99,7 +93,7 @@ class StepGraphCache(CaptureCache[StepKey, StepGraph]):
         check_step_key(self.kv.config, key)
         key = StepKey(*key)
         with self.lock, torch.cuda.device(self.device):
-            yield self._get_or_build(key)
+            yield self.lookup(key)
 
     def clear_state(self) -> None:
         """Zero every cached graph's buffers in place (KV cache, tokens, positions, the target),
@@ -107,8 +101,8 @@ class StepGraphCache(CaptureCache[StepKey, StepGraph]):
         writes cover what its steps read); this is for callers that want none of a finished
         target's data left on the device."""
         with self.lock, torch.cuda.device(self.device):
-            for key in self._lru.keys():  # oldest first, so that get() keeps the LRU order
-                buffers = self._lru.get(key).buffers
+            for key in self.entries.keys():  # oldest first, so that get() keeps the LRU order
+                buffers = self.entries.get(key).buffers
                 for tensor in (buffers.inputs, buffers.cache, buffers.cross, buffers.cross_mask):
                     tensor.zero_()
 
@@ -126,10 +120,9 @@ class StepGraphCache(CaptureCache[StepKey, StepGraph]):
     def replay(self, entry: StepGraph) -> None:
         """Run ``entry``'s graph once on its buffers as they are, on the current stream."""
         with torch.cuda.device(self.device):
-            entry.graph.replay()
-        self.stats.replays += 1
+            self.replay_graph(entry)
 
-    def _new_entry(self, key: StepKey) -> StepGraph:
+    def new_entry(self, key: StepKey) -> StepGraph:
         return StepGraph(
             cache=self,
             graph=torch.cuda.CUDAGraph(),

@@ -1,4 +1,5 @@
-"""Batched AR sampling with a KV cache: ``ARSampler``'s interface, one token of work per step.
+"""Batched AR sampling with the KV decoder: ``ARSampler``'s interface, one token of work per
+step.
 
 Per target: the prefixes are prefilled once (eagerly) into a KV cache of ``bucket_seq(max_len)``
 positions for ``bucket_batch(rows)`` rows, then every step feeds each row's last token at its
@@ -46,7 +47,13 @@ class KVSampler(TargetSampler):
         cudagraph: bool | None = None,
         graph_capacity: int = 3,
     ) -> None:
-        super().__init__(decoder, temperature=temperature, bf16=bf16, cudagraph=cudagraph)
+        super().__init__(
+            decoder,
+            temperature=temperature,
+            bf16=bf16,
+            cudagraph=cudagraph,
+            graph_capacity=graph_capacity,
+        )
         if self.cudagraph:
             check_graph_settings(batched=True, bucket=True, bf16=self.bf16, device=self.device)
         on_gpu_in_bf16 = self.bf16 and self.device.type == "cuda"
@@ -54,7 +61,7 @@ class KVSampler(TargetSampler):
         if self.cudagraph:
             from .kv_graphs import StepGraphCache  # only graph runs need it
 
-            self.steps = StepGraphCache(self.kv, capacity=graph_capacity)
+            self.steps = StepGraphCache(self.kv, capacity=self.graph_capacity)
         else:
             self.steps = EagerSteps(self.kv, bf16=self.bf16)
 
@@ -72,7 +79,7 @@ class KVSampler(TargetSampler):
         with self.steps.claim(key) as slot:
             with step_context(self.device, self.bf16):
                 self.kv.load_target(slot.buffers, memory, memory_padding_mask)
-                logits = self.kv.prefill(slot.buffers, *self._stage(tokens, gather))
+                logits = self.kv.prefill(slot.buffers, *self.stage_inputs(tokens, gather))
             logits = logits[:rows].to(torch.float32, copy=True)
             active = [not self._finished(seq, max_len) for seq in sequences]
             while True:

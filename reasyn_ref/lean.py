@@ -129,8 +129,10 @@ class LeanDecoder(nn.Module):
         super().__init__()
         if not isinstance(decoder, Decoder):
             raise TypeError(f"decoder must be a reasyn_ref Decoder, got {type(decoder).__name__}")
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        if not isinstance(dtype, torch.dtype):
             raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating torch.dtype, got {dtype!r}")
         self.config: DecoderConfig = decoder.config
         self.memory_dtype = decoder.embed.weight.dtype
         self.dtype = dtype
@@ -158,7 +160,9 @@ class LeanDecoder(nn.Module):
         gather: Tensor,
     ) -> Tensor:
         if gather is None:
-            raise ValueError("gather is required: the lean step runs its last layer there only")
+            raise TypeError(
+                "gather must be a torch.long tensor [B]: the lean step runs its last layer there"
+            )
         batch, length = check_decoder_inputs(
             self.config, tokens, memory, memory_padding_mask, gather
         )

@@ -11,6 +11,7 @@ would read the device (token ids, NaN memory) belong to the host entry points (t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import threading
 from collections.abc import Callable
@@ -21,9 +22,13 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from .checks import check_bool, check_count, check_int, describe
+from .checks import check_bool, check_int, check_tensor
 from .config import DecoderConfig, EncoderConfig
-from .step import ARStep, as_step, check_step_tensors
+from .step import ARStep, check_step_tensors
+
+# Where both models keep their layers: layer i's weights are named LAYERS + f"{i}." + ... in a
+# state_dict.
+LAYERS = "transformer.layers."
 
 
 def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
@@ -39,6 +44,24 @@ def sinusoidal_positions(max_len: int, d_model: int) -> Tensor:
 def causal_mask(size: int) -> Tensor:
     """Float mask with -inf above the diagonal, as nn.Transformer builds it."""
     return torch.triu(torch.full((size, size), float("-inf")), diagonal=1)
+
+
+def _unless_meta(meta: bool, shape: tuple[int, ...], build: Callable[[], Tensor]) -> Tensor:
+    """``build()``, or for a model built on the meta device (a ``skeleton``) an empty tensor of
+    ``shape``: a meta tensor holds no values, and computing them there imports torch._dynamo on
+    first use (seconds of a fresh process's time)."""
+    return torch.empty(shape) if meta else build()
+
+
+def skeleton(config: DecoderConfig | EncoderConfig) -> Decoder | Encoder:
+    """The model of ``config`` with one layer, on the meta device: the name, shape and dtype of
+    every weight it holds (layer weights once, as layer 0's), with nothing allocated or computed.
+    What a checkpoint's weights are checked against before any model is built from them."""
+    one_layer = dataclasses.replace(config, num_layers=1)
+    with torch.device("meta"), _FillsSkipped():
+        if isinstance(one_layer, DecoderConfig):
+            return Decoder(one_layer)
+        return Encoder(one_layer)
 
 
 def _layer_options(config: DecoderConfig | EncoderConfig) -> dict:
@@ -57,6 +80,8 @@ class Decoder(nn.Module):
     """Token embedding + positions -> pre-norm TransformerDecoder -> MLP head at one position."""
 
     def __init__(self, config: DecoderConfig) -> None:
+        if not isinstance(config, DecoderConfig):
+            raise TypeError(f"config must be a DecoderConfig, got {type(config).__name__}")
         super().__init__()
         self.config = config
         d = config.d_model
@@ -141,10 +166,13 @@ class Decoder(nn.Module):
 
     def _build_buffers(self) -> None:
         """The position table and causal mask: non-persistent, so not in checkpoints."""
-        config = self.config
-        table = sinusoidal_positions(config.max_len, config.d_model)
+        max_len, d_model, meta = self.config.max_len, self.config.d_model, self.embed.weight.is_meta
+        table = _unless_meta(
+            meta, (max_len, d_model), lambda: sinusoidal_positions(max_len, d_model)
+        )
+        mask = _unless_meta(meta, (max_len, max_len), lambda: causal_mask(max_len))
         self.register_buffer("positions", table, persistent=False)
-        self.register_buffer("causal", causal_mask(config.max_len), persistent=False)
+        self.register_buffer("causal", mask, persistent=False)
 
     def _embed(self, tokens: Tensor, length: int) -> Tensor:
         return self.embed(tokens) + self.positions[:length]
@@ -252,6 +280,8 @@ class Encoder(nn.Module):
     """SMILES tokens -> memory for the decoder, once per target."""
 
     def __init__(self, config: EncoderConfig, d_model: int | None = None) -> None:
+        if not isinstance(config, EncoderConfig):
+            raise TypeError(f"config must be an EncoderConfig, got {type(config).__name__}")
         super().__init__()
         if d_model is not None and d_model != config.d_model:
             raise ValueError(f"encoder d_model {config.d_model} != decoder d_model {d_model}")
@@ -260,13 +290,17 @@ class Encoder(nn.Module):
         self.embed = nn.Embedding(config.vocab_size, d, padding_idx=config.pad_token)
         self._build_buffers()
         layer = nn.TransformerEncoderLayer(**_layer_options(config))
-        # Nested tensors would make the output depend on the fast path's padding handling.
+        # Nested tensors would make the output depend on how torch's fused encoder kernels
+        # handle padding.
         self.transformer = nn.TransformerEncoder(
             layer, config.num_layers, norm=nn.LayerNorm(d), enable_nested_tensor=False
         )
 
     def _build_buffers(self) -> None:
-        table = sinusoidal_positions(self.config.max_len, self.config.d_model)
+        max_len, d_model, meta = self.config.max_len, self.config.d_model, self.embed.weight.is_meta
+        table = _unless_meta(
+            meta, (max_len, d_model), lambda: sinusoidal_positions(max_len, d_model)
+        )
         self.register_buffer("positions", table, persistent=False)
 
     def forward(self, smiles: Tensor) -> tuple[Tensor, Tensor]:
@@ -276,10 +310,7 @@ class Encoder(nn.Module):
         (a host read on a GPU): ids inside the vocabulary, and no row of only padding (its
         attention would have nothing to attend to, and its memory would be all NaN).
         """
-        if not isinstance(smiles, Tensor):
-            raise TypeError(f"smiles must be a torch.long tensor [T, S], got {describe(smiles)}")
-        if smiles.dtype != torch.long:
-            raise ValueError(f"smiles must be torch.long, got {smiles.dtype}")
+        smiles = check_tensor("smiles", smiles, torch.long)
         if smiles.dim() != 2 or smiles.shape[0] < 1 or smiles.shape[1] < 1:
             raise ValueError(
                 f"smiles must be [targets >= 1, length >= 1], got {tuple(smiles.shape)}"
@@ -306,10 +337,9 @@ class Encoder(nn.Module):
 
 def expand_memory(memory: Tensor, padding_mask: Tensor, batch: int) -> tuple[Tensor, Tensor]:
     """One target's memory [1, M, d] and mask [1, M] viewed over ``batch`` rows, no copy."""
-    check_count("batch", batch)
-    for name, value in (("memory", memory), ("memory_padding_mask", padding_mask)):
-        if not isinstance(value, Tensor):
-            raise TypeError(f"{name} must be a tensor, got {describe(value)}")
+    check_int("batch", batch, minimum=1)
+    memory = check_tensor("memory", memory, None)
+    padding_mask = check_tensor("memory_padding_mask", padding_mask, torch.bool)
     if memory.dim() != 3 or memory.shape[0] != 1:
         raise ValueError(f"memory must be one target [1, M, d], got {tuple(memory.shape)}")
     if padding_mask.shape != memory.shape[:2]:
@@ -403,21 +433,13 @@ def step_context(device: torch.device, bf16: bool) -> contextlib.AbstractContext
         return stack.pop_all()
 
 
-def ar_step_logits(
-    decoder: nn.Module,
-    step: ARStep | Tensor,
-    *loose: Tensor | None,
-    rows: int | None = None,
-    bf16: bool,
-) -> Tensor:
+def ar_step_logits(decoder: nn.Module, step: ARStep, *, bf16: bool) -> Tensor:
     """The eager AR step that the graph cache captures: fp32 logits of ``step``'s real rows
     (the rest are bucket padding), as a tensor of its own. ``decoder`` is a ``Decoder`` (with
-    ``bf16``: under bf16 autocast) or a ``lean.LeanDecoder`` (bf16 itself: ``bf16=False``).
-    ``ar_step_logits(decoder, tokens,
-    memory, memory_padding_mask, gather, rows=..., bf16=...)``, the form before ARStep, is
-    still accepted."""
-    step = as_step(step, loose, rows)
-    with step_context(step.device, bf16):
+    ``bf16``: under bf16 autocast) or a ``lean.LeanDecoder`` (bf16 itself: ``bf16=False``)."""
+    if not isinstance(step, ARStep):
+        raise TypeError(f"step must be an ARStep, got {type(step).__name__}")
+    with step_context(step.device, check_bool("bf16", bf16)):
         logits = decoder(step.tokens, step.memory, step.memory_padding_mask, step.gather)
     return logits[: step.rows].to(torch.float32, copy=True)
 
@@ -432,6 +454,8 @@ def with_bf16_matmul_weights(decoder: Decoder) -> Decoder:
     which in a captured graph is a third of its kernels. The copy is a snapshot: changing the
     decoder's weights later does not reach it.
     """
+    if not isinstance(decoder, Decoder):
+        raise TypeError(f"decoder must be a reasyn_ref Decoder, got {type(decoder).__name__}")
     copy = deepcopy(decoder)
     for module in copy.modules():
         if isinstance(module, nn.Linear):

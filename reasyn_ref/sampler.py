@@ -18,7 +18,6 @@ included (finite, not all padding), which reads the device; the per-step forward
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -27,7 +26,7 @@ import torch
 from torch import Tensor
 
 from .bucketing import bucket_batch, bucket_memory, bucket_seq
-from .checks import check_bool, describe, token_id
+from .checks import check_bool, check_int, check_number, check_tensor, token_rows
 from .config import DecoderConfig
 from .env import resolve_toggle
 from .lean import LeanDecoder
@@ -57,8 +56,8 @@ class SampleCall:
 class TargetSampler:
     """What both samplers share: the decoder (its weights, config and device), the temperature,
     the ``bf16`` and ``cudagraph`` flags (None: from ``REASYN_BF16``, ``REASYN_CUDAGRAPH``), the
-    checked ``sample`` call (each sampler decodes in ``_decode``), its host-to-device staging and
-    its draw.
+    capacity of the graph cache (used with graphs on, checked either way), the checked ``sample``
+    call (each sampler decodes in ``_decode``), its host-to-device staging and its draw.
 
     ``temperature`` is a finite number >= ``MIN_TEMPERATURE`` (about 1.2e-38); a tiny one
     samples the most likely token (ties at random), never NaN: the largest logit is subtracted
@@ -72,21 +71,14 @@ class TargetSampler:
         temperature: float,
         bf16: bool | None,
         cudagraph: bool | None,
+        graph_capacity: int,
     ) -> None:
         if not isinstance(decoder, Decoder):
             raise TypeError(f"decoder must be a reasyn_ref Decoder, got {type(decoder).__name__}")
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-            raise TypeError(
-                f"temperature must be a finite number >= {MIN_TEMPERATURE:.3g}, got {temperature!r}"
-            )
-        if not (math.isfinite(temperature) and temperature >= MIN_TEMPERATURE):
-            raise ValueError(
-                f"temperature must be a finite number >= {MIN_TEMPERATURE:.3g} (the smallest "
-                f"normal float32; logits are divided by it), got {temperature!r}"
-            )
+        self.temperature = check_number("temperature", temperature, minimum=MIN_TEMPERATURE)
+        self.graph_capacity = check_int("graph_capacity", graph_capacity, minimum=1)
         self.decoder = decoder
         self.config: DecoderConfig = decoder.config
-        self.temperature = float(temperature)
         self.device = next(decoder.parameters()).device
         self.bf16 = resolve_toggle("REASYN_BF16", bf16)
         self.cudagraph = resolve_toggle("REASYN_CUDAGRAPH", cudagraph)
@@ -116,15 +108,16 @@ class TargetSampler:
             memory_padding_mask,
             generator,
         )
-        sequences = token_rows(prefixes, self.config, max_len)
+        sequences = check_prefixes(self.config, prefixes, max_len)
         return self._decode(SampleCall(memory, memory_padding_mask, sequences, generator, max_len))
 
     def _decode(self, call: SampleCall) -> list[list[int]]:
         """``sample`` on checked arguments: grows ``call.sequences`` and returns them."""
         raise NotImplementedError
 
-    def _stage(self, tokens: Tensor, gather: Tensor) -> tuple[Tensor, Tensor]:
-        """The host-to-device copies of a step's layout: one for tokens, one for gather."""
+    def stage_inputs(self, tokens: Tensor, gather: Tensor) -> tuple[Tensor, Tensor]:
+        """The host-to-device copies of a step's layout: one for tokens, one for gather. Every
+        step's inputs pass here, so wrapping it observes what a sampler stages."""
         return (
             tokens.to(self.device, non_blocking=True),
             gather.to(self.device, non_blocking=True),
@@ -167,7 +160,13 @@ class ARSampler(TargetSampler):
         graph_capacity: int = 3,
         lean: bool = False,
     ) -> None:
-        super().__init__(decoder, temperature=temperature, bf16=bf16, cudagraph=cudagraph)
+        super().__init__(
+            decoder,
+            temperature=temperature,
+            bf16=bf16,
+            cudagraph=cudagraph,
+            graph_capacity=graph_capacity,
+        )
         self.batched = resolve_toggle("REASYN_BATCHED_AR", batched)
         self.bucket = resolve_toggle("REASYN_BUCKET", bucket)
         self.lean = check_bool("lean", lean)
@@ -185,7 +184,9 @@ class ARSampler(TargetSampler):
         if self.cudagraph:
             from .graph_cache import GraphCache  # only graph runs need it
 
-            self.graph_cache = GraphCache(decoder, self.device, lean=lean, capacity=graph_capacity)
+            self.graph_cache = GraphCache(
+                decoder, self.device, lean=lean, capacity=self.graph_capacity
+            )
         elif lean:
             self.lean_decoder = LeanDecoder(decoder)
 
@@ -235,7 +236,7 @@ class ARSampler(TargetSampler):
             rows, self.config, bucket=bucket, pin_memory=self.device.type == "cuda"
         )
         check_token_values(self.config, tokens, gather)
-        tokens, gather = self._stage(tokens, gather)
+        tokens, gather = self.stage_inputs(tokens, gather)
         step_memory, step_mask = expand_memory(memory, memory_padding_mask, tokens.shape[0])
         logits = self.step_logits(ARStep(tokens, step_memory, step_mask, gather, len(rows)))
         return self._draw(logits, generator)
@@ -245,11 +246,7 @@ def check_max_len(config: DecoderConfig, max_len: int | None) -> int:
     """``max_len`` of a ``sample`` call, resolved: config.max_len when None."""
     if max_len is None:
         return config.max_len
-    if isinstance(max_len, bool) or not isinstance(max_len, int):
-        raise TypeError(f"max_len must be an int, got {max_len!r}")
-    if not 1 <= max_len <= config.max_len:
-        raise ValueError(f"max_len must be in [1, config.max_len={config.max_len}], got {max_len}")
-    return max_len
+    return check_int("max_len", max_len, minimum=1, maximum=config.max_len, label="config.max_len")
 
 
 def check_target(
@@ -264,36 +261,29 @@ def check_target(
     padding mask [1, M] with a position unmasked, and a generator, all on the decoder's
     ``device``. The value checks read the device: a host entry point's check, once per call."""
     d_model = config.d_model
-    if not isinstance(memory, Tensor):
-        raise TypeError(f"memory must be a tensor [1, M, d_model], got {describe(memory)}")
-    if memory.dtype != dtype or memory.dim() != 3 or memory.shape[0] != 1:
+    check_tensor("memory", memory, dtype)
+    if memory.dim() != 3 or memory.shape[0] != 1 or memory.shape[1] < 1:
         raise ValueError(
-            f"memory must be one target's {dtype} tensor [1, M, d_model={d_model}] "
-            f"(the decoder's dtype), got {describe(memory)}"
+            f"memory must be one target's [1, M >= 1, d_model={d_model}], got {tuple(memory.shape)}"
         )
-    if memory.shape[1] < 1 or memory.shape[2] != d_model:
+    if memory.shape[2] != d_model:
         raise ValueError(
             f"memory must be [1, M >= 1, d_model={d_model}], got {tuple(memory.shape)}"
         )
-    if not isinstance(memory_padding_mask, Tensor):
-        raise TypeError(
-            f"memory_padding_mask must be a torch.bool tensor [1, M], got "
-            f"{describe(memory_padding_mask)}"
-        )
-    if memory_padding_mask.dtype != torch.bool or memory_padding_mask.shape != memory.shape[:2]:
+    check_tensor("memory_padding_mask", memory_padding_mask, torch.bool)
+    if memory_padding_mask.shape != memory.shape[:2]:
         raise ValueError(
-            f"memory_padding_mask must be a torch.bool tensor [1, M] = {tuple(memory.shape[:2])}, "
-            f"got {describe(memory_padding_mask)}"
+            f"memory_padding_mask must be [1, M] = {tuple(memory.shape[:2])}, got "
+            f"{tuple(memory_padding_mask.shape)}"
         )
     for name, tensor in (("memory", memory), ("memory_padding_mask", memory_padding_mask)):
         if tensor.device != device:
             raise ValueError(f"{name} is on {tensor.device}; the decoder is on {device}")
-    if not isinstance(generator, torch.Generator) or _indexed(generator.device) != device:
-        where = generator.device if isinstance(generator, torch.Generator) else None
-        raise ValueError(
-            f"generator must be a torch.Generator on the decoder's device {device}, "
-            f"got {type(generator).__name__} on {where}"
-        )
+    rule = f"a torch.Generator on the decoder's device {device}"
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be {rule}, got {type(generator).__name__}")
+    if _indexed(generator.device) != device:
+        raise ValueError(f"generator must be {rule}, got one on {generator.device}")
     if bool(memory_padding_mask.all()):
         raise ValueError("memory_padding_mask masks every position: nothing to attend to")
     if not bool(torch.isfinite(memory).all()):
@@ -336,33 +326,23 @@ def pad_memory(memory: Tensor, memory_padding_mask: Tensor) -> tuple[Tensor, Ten
     return memory, memory_padding_mask
 
 
-def token_rows(
-    prefixes: Sequence[Sequence[int]], config: DecoderConfig, max_len: int
+def check_prefixes(
+    config: DecoderConfig, prefixes: Sequence[Sequence[int]], max_len: int
 ) -> list[list[int]]:
-    """The prefixes as fresh lists of int token ids, checked: at least one row, each row of
-    length in [1, max_len] with ids in the vocabulary."""
-    if isinstance(prefixes, (str, bytes, Tensor)) or not isinstance(prefixes, Sequence):
-        raise TypeError(
-            f"prefixes must be a sequence of token-id sequences, got {type(prefixes).__name__}"
-        )
-    if not prefixes:
-        raise ValueError("prefixes must hold at least one row")
-    sequences = []
-    for i, prefix in enumerate(prefixes):
-        try:
-            row = [token_id(token) for token in prefix]
-        except TypeError as exc:
-            raise TypeError(f"prefixes[{i}] must be a sequence of int token ids: {exc}") from exc
-        if not 1 <= len(row) <= max_len:
+    """The prefixes as fresh lists of int token ids (``checks.token_rows``), each of length at
+    most ``max_len`` with ids in the vocabulary."""
+    sequences = [list(row) for row in token_rows("prefixes", prefixes)]
+    for i, row in enumerate(sequences):
+        if len(row) > max_len:
             raise ValueError(
                 f"prefixes[{i}] has length {len(row)}; it must be in [1, max_len={max_len}]"
             )
         outside = [token for token in row if not 0 <= token < config.vocab_size]
         if outside:
             raise ValueError(
-                f"prefixes[{i}] holds token id {outside[0]}; the vocabulary is [0, {config.vocab_size})"
+                f"prefixes[{i}] holds token id {outside[0]}; the vocabulary is "
+                f"[0, {config.vocab_size})"
             )
-        sequences.append(row)
     return sequences
 
 

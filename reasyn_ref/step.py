@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .checks import describe
+from .checks import check_int, check_tensor
 
 
 class GraphKey(NamedTuple):
@@ -49,10 +49,7 @@ class ARStep:
         batch, _ = check_step_tensors(
             self.tokens, self.memory, self.memory_padding_mask, self.gather
         )
-        if isinstance(self.rows, bool) or not isinstance(self.rows, int):
-            raise TypeError(f"rows must be an int in [1, B={batch}], got {self.rows!r}")
-        if not 1 <= self.rows <= batch:
-            raise ValueError(f"rows must be an int in [1, B={batch}], got {self.rows!r}")
+        check_int("rows", self.rows, minimum=1, maximum=batch, label="B")
 
     @property
     def device(self) -> torch.device:
@@ -86,21 +83,6 @@ class ARStep:
         )
 
 
-def as_step(step: ARStep | Tensor, loose: tuple[object, ...], rows: int | None) -> ARStep:
-    """``step`` itself, or the step of the loose form ``(tokens, memory, memory_padding_mask,
-    gather, rows=...)`` that callers written before ARStep pass (reasyn_ref/targets/reference.py)."""
-    if isinstance(step, ARStep):
-        if loose or rows is not None:
-            raise TypeError("pass an ARStep alone, or tokens, memory, mask, gather and rows=")
-        return step
-    if len(loose) != 3 or rows is None:
-        raise TypeError(
-            "expected an ARStep, or tokens, memory, memory_padding_mask, gather and rows="
-        )
-    memory, memory_padding_mask, gather = loose
-    return ARStep(step, memory, memory_padding_mask, gather, rows)  # type: ignore[arg-type]
-
-
 def check_step_tensors(
     tokens: object,
     memory: object,
@@ -111,30 +93,16 @@ def check_step_tensors(
 ) -> tuple[int, int]:
     """Types, dtypes, shapes and devices of one step's tensors (no host sync); returns
     (batch, length). Model-dependent checks (widths, max_len) are the model's."""
-    if not isinstance(tokens, Tensor):
-        raise TypeError(f"tokens must be a torch.long tensor, got {describe(tokens)}")
-    if tokens.dtype != torch.long:
-        raise ValueError(f"tokens must be a torch.long tensor, got {describe(tokens)}")
+    tokens = check_tensor("tokens", tokens, torch.long)
     if tokens.dim() != 2 or tokens.shape[0] < 1 or tokens.shape[1] < 1:
         raise ValueError(f"tokens must be [B >= 1, L >= 1], got shape {tuple(tokens.shape)}")
     batch, length = tokens.shape
-    if not isinstance(memory, Tensor):
-        raise TypeError(f"memory must be a floating-point tensor, got {describe(memory)}")
-    if not memory.is_floating_point():
-        raise ValueError(f"memory must be a floating-point tensor, got {describe(memory)}")
+    memory = check_tensor("memory", memory, None)
     if memory.dim() != 3 or memory.shape[0] != batch or memory.shape[1] < 1:
         raise ValueError(f"memory must be [B={batch}, M >= 1, d], got {tuple(memory.shape)}")
     _check_same_device("memory", memory, tokens)
     if memory_padding_mask is not None:
-        if not isinstance(memory_padding_mask, Tensor):
-            raise TypeError(
-                "memory_padding_mask must be a torch.bool tensor or None, got "
-                f"{describe(memory_padding_mask)}"
-            )
-        if memory_padding_mask.dtype != torch.bool:
-            raise ValueError(
-                f"memory_padding_mask must be a torch.bool tensor, got {describe(memory_padding_mask)}"
-            )
+        memory_padding_mask = check_tensor("memory_padding_mask", memory_padding_mask, torch.bool)
         if memory_padding_mask.shape != memory.shape[:2]:
             raise ValueError(
                 f"memory_padding_mask must be [B, M] = {tuple(memory.shape[:2])}, "
@@ -143,12 +111,11 @@ def check_step_tensors(
         _check_same_device("memory_padding_mask", memory_padding_mask, tokens)
     if gather is None:
         if gather_required:
-            raise ValueError("gather is required: each row's last index is read from it")
+            raise TypeError(
+                "gather must be a torch.long tensor [B] (each row's last index), got None"
+            )
         return batch, length
-    if not isinstance(gather, Tensor):
-        raise TypeError(f"gather must be a torch.long tensor, got {describe(gather)}")
-    if gather.dtype != torch.long:
-        raise ValueError(f"gather must be a torch.long tensor, got {describe(gather)}")
+    gather = check_tensor("gather", gather, torch.long)
     if gather.shape != (batch,):
         raise ValueError(f"gather must be [B={batch}], got {tuple(gather.shape)}")
     _check_same_device("gather", gather, tokens)

@@ -33,7 +33,15 @@ import torch
 from torch import Tensor
 
 from .checkpoint import load_checkpoint
-from .checks import check_bool, check_count, check_int, check_seconds, describe, token_id
+from .checks import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_number,
+    check_tensor,
+    describe,
+    token_rows,
+)
 from .env import resolve_toggle
 from .model import Decoder
 from .sampler import ARSampler
@@ -56,54 +64,23 @@ class SampleJob:
     max_len: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("memory", "memory_padding_mask"):
-            value = getattr(self, name)
-            if not isinstance(value, Tensor):
-                raise TypeError(f"SampleJob.{name} must be a CPU tensor, got {describe(value)}")
+        for name, dtype in (("memory", None), ("memory_padding_mask", torch.bool)):
+            value = check_tensor(f"SampleJob.{name}", getattr(self, name), dtype)
             if value.device.type != "cpu":
                 raise ValueError(f"SampleJob.{name} must be a CPU tensor (workers move it)")
-        if not self.memory.is_floating_point() or self.memory.dim() != 3:
+        if self.memory.dim() != 3:
             raise ValueError(
                 f"SampleJob.memory must be a floating-point [1, M, d], got {describe(self.memory)}"
             )
-        if (
-            self.memory_padding_mask.dtype != torch.bool
-            or self.memory_padding_mask.shape != self.memory.shape[:2]
-        ):
+        if self.memory_padding_mask.shape != self.memory.shape[:2]:
             raise ValueError(
                 f"SampleJob.memory_padding_mask must be bool {tuple(self.memory.shape[:2])}, "
                 f"got {describe(self.memory_padding_mask)}"
             )
-        object.__setattr__(self, "prefixes", _prefix_tuples(self.prefixes))
+        object.__setattr__(self, "prefixes", token_rows("SampleJob.prefixes", self.prefixes))
         check_int("SampleJob.seed", self.seed, minimum=0)
         if self.max_len is not None:
-            check_count("SampleJob.max_len", self.max_len)
-
-
-def _prefix_tuples(prefixes: object) -> tuple[tuple[int, ...], ...]:
-    """``prefixes`` as a tuple of non-empty tuples of int ids; TypeError/ValueError naming it."""
-    if isinstance(prefixes, (str, bytes, Tensor)) or not isinstance(prefixes, Sequence):
-        raise TypeError(
-            f"SampleJob.prefixes must be a sequence of token-id sequences, got "
-            f"{type(prefixes).__name__}"
-        )
-    if not prefixes:
-        raise ValueError("SampleJob.prefixes must hold at least one row")
-    rows = []
-    for i, prefix in enumerate(prefixes):
-        if isinstance(prefix, (str, bytes)) or not isinstance(prefix, (Sequence, Tensor)):
-            raise TypeError(
-                f"SampleJob.prefixes[{i}] must be a sequence of int token ids, got "
-                f"{type(prefix).__name__}"
-            )
-        try:
-            row = tuple(token_id(token) for token in prefix)
-        except TypeError as exc:
-            raise TypeError(f"SampleJob.prefixes[{i}] must hold int token ids: {exc}") from exc
-        if not row:
-            raise ValueError(f"SampleJob.prefixes[{i}] is empty; a prefix needs a token")
-        rows.append(row)
-    return tuple(rows)
+            check_int("SampleJob.max_len", self.max_len, minimum=1)
 
 
 def run_sample_job(sampler: ARSampler, job: SampleJob) -> list[list[int]]:
@@ -155,12 +132,11 @@ class WorkerPool:
         startup_timeout: float = 300.0,
         job_fn: Callable[[ARSampler, SampleJob], Any] = run_sample_job,
     ) -> None:
-        check_count("num_gpus", num_gpus)
-        check_count("num_workers_per_gpu", num_workers_per_gpu)
-        if device_type not in ("cuda", "cpu"):
-            raise ValueError(f"device_type must be 'cuda' or 'cpu', got {device_type!r}")
-        check_seconds("timeout", timeout)
-        check_seconds("startup_timeout", startup_timeout)
+        check_int("num_gpus", num_gpus, minimum=1)
+        check_int("num_workers_per_gpu", num_workers_per_gpu, minimum=1)
+        check_choice("device_type", device_type, ("cuda", "cpu"))
+        for name, seconds in (("timeout", timeout), ("startup_timeout", startup_timeout)):
+            check_number(name, seconds, minimum=0, inclusive=False, what="a number of seconds")
         cudagraph = resolve_toggle("REASYN_CUDAGRAPH", cudagraph)
         bf16 = resolve_toggle("REASYN_BF16", bf16)
         check_bool("lean", lean)
@@ -181,6 +157,8 @@ class WorkerPool:
             raise TypeError(f"checkpoint must be a path, got {type(checkpoint).__name__}")
         if not os.path.isfile(checkpoint):
             raise ValueError(f"checkpoint: no file at {os.fspath(checkpoint)!r}")
+        if not callable(job_fn):
+            raise TypeError(f"job_fn must be a module-level function, got {job_fn!r}")
         try:
             pickle.dumps(job_fn)
         except (pickle.PicklingError, AttributeError, TypeError) as exc:

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from .bucketing import bucket_batch, bucket_seq
-from .checks import check_count, check_int
+from .checks import check_int
 from .config import DecoderConfig
 from .model import Decoder, seeded_decoder, seeded_encoder
 from .sampler import pad_rows
@@ -46,11 +46,8 @@ def target_memory(
 ) -> tuple[Tensor, Tensor]:
     """One target's random memory [1, length, d_model] (standard normal, fp32) and its padding
     mask [1, length] with the last ``padded`` positions masked (at least one stays real)."""
-    check_count("length", length)
-    if isinstance(padded, bool) or not isinstance(padded, int):
-        raise TypeError(f"padded must be an int in [0, length={length}), got {padded!r}")
-    if not 0 <= padded < length:
-        raise ValueError(f"padded must be an int in [0, length={length}), got {padded!r}")
+    check_int("length", length, minimum=1)
+    check_int("padded", padded, minimum=0, maximum=length - 1, label="length - 1")
     check_int("seed", seed, minimum=0)
     generator = torch.Generator().manual_seed(seed)
     memory = torch.randn(1, length, config.d_model, generator=generator)
@@ -68,7 +65,7 @@ def random_prefixes(
     ordinary = torch.tensor([i for i in range(config.vocab_size) if i not in special])
     prefixes = []
     for n in lengths:
-        check_count("prefix length", n)
+        check_int("prefix length", n, minimum=1)
         picks = torch.randint(len(ordinary), (n - 1,), generator=generator)
         prefixes.append([config.start_token, *ordinary[picks].tolist()])
     return prefixes
@@ -94,17 +91,18 @@ def random_step(
         raise ValueError(f"key {key} is not bucketed (see bucket_batch, bucket_seq)")
     if key.shared_memory and batch == 1:
         raise ValueError(f"key {key}: a shared memory needs batch > 1")
-    check_count("key.memory_len", memory_len)
+    check_int("key.memory_len", memory_len, minimum=1)
     check_int("seed", seed, minimum=0)
     generator = torch.Generator().manual_seed(seed)
 
     def draw(low: int, high: int) -> int:
         return int(torch.randint(low, high, (), generator=generator))
 
+    fewest = batch // 2 + 1  # the fewest rows that bucket to ``batch``
     if rows is None:
-        rows = draw(batch // 2 + 1, batch + 1)
-    elif isinstance(rows, bool) or not isinstance(rows, int) or bucket_batch(rows) != batch:
-        raise ValueError(f"rows must be an int that buckets to batch {batch}, got {rows!r}")
+        rows = draw(fewest, batch + 1)
+    else:
+        check_int("rows", rows, minimum=fewest, maximum=batch, label="batch")
     longest = draw(max(seq - 63, 1), seq + 1)
     lengths = [draw(1, longest + 1) for _ in range(rows)]
     lengths[draw(0, rows)] = longest

@@ -1,5 +1,5 @@
-"""The stateful conformance target ``reasyn-kv``: incremental decoding with a KV cache, its step
-graphed per ``StepKey`` (``StepGraphCache``), against the same steps run eagerly (``EagerSteps``).
+"""The stateful conformance target ``reasyn-kv``: the KV decoder, its step graphed per
+``StepKey`` (``StepGraphCache``), against the same steps run eagerly (``EagerSteps``).
 
 A call is an episode, so that the state the graphs keep is built from inputs like any other: one
 target's memory and padding mask, the right-padded prefixes and each row's length, and the token
@@ -93,7 +93,7 @@ class KVTarget(SeededTarget):
             **common,
             reset=self.cache.clear,
             reset_state=self.cache.clear_state,
-            **self.graph_capabilities(self.cache, ("warm_up", "capture", "replay")),
+            **self.graph_capabilities(self.cache, StepGraphCache.STAGES),
         )
 
     def eager(self, inputs: Inputs) -> dict[str, Tensor]:

@@ -27,10 +27,11 @@ from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
 from ..capture_cache import CaptureCache
 from ..checkpoint import save_checkpoint
 from ..config import DecoderConfig
-from ..graph_cache import GraphCache, GraphKey, check_graph_inputs
+from ..graph_cache import GraphCache, GraphKey, check_graph_step
 from ..lean import LeanDecoder
 from ..model import ar_step_logits, expand_memory, seeded_decoder
 from ..sampler import ARSampler
+from ..step import ARStep
 from ..workers import SampleJob, WorkerPool
 
 # Case c lands in key (BATCHES[c % 5], SEQS[c % 4], MEMORIES[c % 3]). The moduli are coprime,
@@ -159,26 +160,13 @@ class ReferenceTarget(SeededTarget):
         return CudaGraphTarget(**common, **self.graph_capabilities(self.cache, GraphCache.STAGES))
 
     def eager(self, inputs: Inputs) -> Tensor:
-        return ar_step_logits(
-            self.eager_decoder,
-            inputs["tokens"],
-            inputs["memory"],
-            inputs["memory_padding_mask"],
-            inputs["gather"],
-            rows=inputs["rows"],
-            bf16=not self.lean,  # the lean step is bf16 itself
-        )
+        # The lean step is bf16 itself.
+        return ar_step_logits(self.eager_decoder, ar_step(inputs), bf16=not self.lean)
 
     def graphed(self, inputs: Inputs) -> Tensor:
         if self.cache is None:
             raise RuntimeError("reasyn_ref's graph cache needs CUDA; this target is on the CPU")
-        return self.cache(
-            inputs["tokens"],
-            inputs["memory"],
-            inputs["memory_padding_mask"],
-            inputs["gather"],
-            rows=inputs["rows"],
-        )
+        return self.cache(ar_step(inputs))
 
     def make_inputs(self, generator: torch.Generator, case: int) -> Inputs:
         """One sampler step at the case's key: ``rows`` real rows of random lengths (the longest
@@ -218,16 +206,7 @@ class ReferenceTarget(SeededTarget):
 
     def key_of(self, inputs: Inputs) -> GraphKey:
         """The cache's own key for these inputs (its input check computes it)."""
-        return check_graph_inputs(
-            self.config,
-            self.device,
-            torch.float32,
-            inputs["tokens"],
-            inputs["memory"],
-            inputs["memory_padding_mask"],
-            inputs["gather"],
-            rows=inputs["rows"],
-        )
+        return check_graph_step(self.config, self.device, torch.float32, ar_step(inputs))
 
     def reset(self) -> None:
         if self.cache is not None:
@@ -329,6 +308,17 @@ class ReferenceTarget(SeededTarget):
         """The graphed call on the largest case's inputs after ``change``."""
         generator = torch.Generator(self.device).manual_seed(TARGET_SEED)
         return self.graphed(change(self.make_inputs(generator, LARGEST_CASE)))
+
+
+def ar_step(inputs: Inputs) -> ARStep:
+    """One call's inputs as the step the decoder and its graph cache take."""
+    return ARStep(
+        inputs["tokens"],
+        inputs["memory"],
+        inputs["memory_padding_mask"],
+        inputs["gather"],
+        inputs["rows"],
+    )
 
 
 def sample_target(config: DecoderConfig) -> tuple[Tensor, Tensor]:

@@ -81,8 +81,8 @@ class ReallocatingResetCache(StepGraphCache):
 
     def clear_state(self) -> None:
         with self.lock:
-            for key in self._lru.keys():
-                entry = self._lru.get(key)
+            for key in self.entries.keys():
+                entry = self.entries.get(key)
                 # Kept alive: the graph still uses them, and freed memory would be handed to
                 # whatever is allocated next, which the graph would then overwrite.
                 entry.captured_on = entry.buffers

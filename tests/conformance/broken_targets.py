@@ -7,6 +7,7 @@ Use as ``--cudagraph-target broken_targets:<factory>`` with this folder on the i
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import replace
 
@@ -15,7 +16,8 @@ from torch import Tensor
 
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from reasyn_ref import ARStep
-from reasyn_ref.graph_cache import LRU, GraphCache, GraphEntry, GraphKey
+from reasyn_ref.capture_cache import LRU
+from reasyn_ref.graph_cache import GraphCache, GraphEntry
 from reasyn_ref.targets.reference import ReferenceTarget
 
 
@@ -78,14 +80,7 @@ class WrongDeviceCache(GraphCache):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
-        self._side_stream = torch.cuda.Stream()
-
-
-class NeverEvicts(LRU):
-    def put(self, key: GraphKey, value: GraphEntry) -> list[tuple[GraphKey, GraphEntry]]:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        return []
+        self.side_stream = torch.cuda.Stream()
 
 
 class UnboundedCache(GraphCache):
@@ -93,7 +88,12 @@ class UnboundedCache(GraphCache):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
-        self._lru = NeverEvicts(self.capacity)
+        self.reported_capacity = self.capacity
+        self.entries = LRU(sys.maxsize)
+
+    @property
+    def capacity(self) -> int:
+        return self.reported_capacity
 
 
 def baked_memory(device: torch.device) -> CudaGraphTarget:

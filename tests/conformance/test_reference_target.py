@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from reasyn_ref.bucketing import bucket_batch, bucket_seq
-from reasyn_ref.graph_cache import check_graph_inputs
+from reasyn_ref.graph_cache import check_graph_step
 from reasyn_ref.targets.reference import (
     BAD_INPUTS,
     LARGEST_CASE,
     NUM_KEYS,
     ReferenceTarget,
+    ar_step,
     key_for_case,
 )
 
@@ -74,16 +75,7 @@ def test_each_unsupported_input_is_refused_by_the_cache_as_the_target_expects(
     # The cache is bound to a CUDA device; on the CPU only inputs moved off it differ from it.
     bound = torch.device("cuda", 0) if name == "inputs on the CPU" else CPU
     with pytest.raises(ValueError) as refused:
-        check_graph_inputs(
-            reference.config,
-            bound,
-            torch.float32,
-            inputs["tokens"],
-            inputs["memory"],
-            inputs["memory_padding_mask"],
-            inputs["gather"],
-            rows=inputs["rows"],
-        )
+        check_graph_step(reference.config, bound, torch.float32, ar_step(inputs))
     assert re.search(message, str(refused.value))
 
 

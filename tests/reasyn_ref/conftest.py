@@ -3,11 +3,11 @@ upstream-sized decoder on the GPU for the GPU test modules."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 import pytest
 import torch
+from cache_recorders import FakeCuda
 from torch import Tensor
 
 from reasyn_ref import ARSampler, Decoder, DecoderConfig, Encoder, EncoderConfig, save_checkpoint
@@ -78,23 +78,26 @@ def watch_stages(
 
     def watch(sampler: ARSampler) -> list[tuple[Tensor, Tensor, bool]]:
         staged: list[tuple[Tensor, Tensor, bool]] = []
-        stage = sampler._stage
+        stage = sampler.stage_inputs
 
         def spy(tokens: Tensor, gather: Tensor) -> tuple[Tensor, Tensor]:
             pinned = tokens.is_pinned() and gather.is_pinned()
             staged.append((tokens.clone(), gather.clone(), pinned))
             return stage(tokens, gather)
 
-        monkeypatch.setattr(sampler, "_stage", spy)
+        monkeypatch.setattr(sampler, "stage_inputs", spy)
         return staged
 
     return watch
 
 
 @pytest.fixture
-def no_cuda_context(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``torch.cuda.device(...)`` as a no-op, so a graph cache's orchestration runs on the CPU."""
-    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
+    """The torch.cuda calls of a graph cache faked on the CPU (``cache_recorders.FakeCuda``), so
+    that its orchestration runs here."""
+    cuda = FakeCuda()
+    cuda.install(monkeypatch)
+    return cuda
 
 
 @pytest.fixture

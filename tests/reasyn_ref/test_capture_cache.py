@@ -1,16 +1,77 @@
-"""reasyn_ref.capture_cache without a GPU: the settings every graph cache checks first, and the shared
-orchestration (build on first use, LRU eviction, discard of a failed build, the lock) as
-StepGraphCache runs it; test_graph_cache.py covers it as GraphCache runs it."""
+"""reasyn_ref.capture_cache without a GPU: the LRU policy, the settings every graph cache checks
+first, the stages both caches share, and the shared orchestration (build on first use, LRU
+eviction, discard and release of a failed build, replay counting, the lock) as StepGraphCache
+runs it on a fake of torch.cuda; test_graph_cache.py covers it as GraphCache runs it."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from cache_recorders import RecordingSteps
+from cache_recorders import RELEASE, RecordingSteps
 
-from reasyn_ref import StepGraphCache, StepKey
-from reasyn_ref.capture_cache import check_capture_settings
+from reasyn_ref import GraphCache, StepGraphCache, StepKey
+from reasyn_ref.capture_cache import LRU, CaptureCache, check_capture_settings
 from reasyn_ref.kv_graphs import StepGraph
+
+# --- LRU policy ----------------------------------------------------------------------------
+
+
+def test_lru_evicts_the_least_recently_used_first():
+    lru: LRU[str, int] = LRU(3)
+    assert lru.put("a", 1) == []
+    assert lru.put("b", 2) == []
+    assert lru.put("c", 3) == []
+    assert lru.get("a") == 1  # a becomes the most recent; b is now the oldest
+    assert lru.put("d", 4) == [("b", 2)]
+    assert lru.keys() == ["c", "a", "d"]
+    assert lru.put("e", 5) == [("c", 3)]
+    assert lru.keys() == ["a", "d", "e"]
+    assert len(lru) == 3 and "c" not in lru and "a" in lru
+
+
+def test_lru_put_of_a_present_key_replaces_it_and_makes_it_most_recent():
+    lru: LRU[str, int] = LRU(2)
+    lru.put("a", 1)
+    lru.put("b", 2)
+    assert lru.put("a", 10) == []
+    assert lru.keys() == ["b", "a"]
+    assert lru.get("a") == 10
+
+
+def test_lru_get_of_a_missing_key_changes_nothing():
+    lru: LRU[str, int] = LRU(2)
+    lru.put("a", 1)
+    lru.put("b", 2)
+    assert lru.get("z") is None
+    assert lru.keys() == ["a", "b"]
+
+
+def test_lru_of_capacity_one_keeps_only_the_newest():
+    lru: LRU[str, int] = LRU(1)
+    lru.put("a", 1)
+    assert lru.put("b", 2) == [("a", 1)]
+    assert lru.keys() == ["b"]
+
+
+def test_lru_pop_all_empties_it_oldest_first():
+    lru: LRU[str, int] = LRU(3)
+    for value, key in enumerate("abc"):
+        lru.put(key, value)
+    lru.get("a")
+    assert lru.pop_all() == [("b", 1), ("c", 2), ("a", 0)]
+    assert lru.keys() == [] and len(lru) == 0
+
+
+@pytest.mark.parametrize(
+    ("capacity", "error"),
+    [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError), ("3", TypeError)],
+)
+def test_lru_capacity_must_be_a_positive_int(capacity, error):
+    with pytest.raises(error, match=r"capacity must be an int >= 1"):
+        LRU(capacity)
+
+
+# --- settings ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", ["capacity", "warmups"])
@@ -31,37 +92,74 @@ def test_without_cuda_the_error_names_the_cache(monkeypatch):
     check_capture_settings("SomeCache", 3, 3)  # valid settings with CUDA: no error
 
 
+# --- stages ----------------------------------------------------------------------------------
+
+
+def test_both_caches_run_the_shared_stages_and_graph_cache_adds_copy_out():
+    assert CaptureCache.STAGES == ("warm_up", "capture", "replay")
+    assert StepGraphCache.STAGES == CaptureCache.STAGES
+    assert GraphCache.STAGES == (*CaptureCache.STAGES, "copy_out")
+    for cache in (StepGraphCache, GraphCache):
+        for stage in (*cache.STAGES, "static_step", "new_entry"):
+            assert callable(getattr(cache, stage)) and not stage.startswith("_"), stage
+
+
+# --- orchestration, as StepGraphCache runs it ------------------------------------------------
+
+
 def claim(cache: StepGraphCache, batch: int) -> StepGraph:
     with cache.claim(StepKey(batch, 64, 64)) as slot:
         assert cache.lock.locked()  # the claim holds the lock for the whole target
         return slot
 
 
-def test_a_claim_builds_only_on_a_new_key_and_evicts_the_oldest(no_cuda_context):
-    cache = RecordingSteps(capacity=2)
+def test_a_claim_builds_only_on_a_new_key_and_evicts_the_oldest(fake_cuda):
+    cache = RecordingSteps(fake_cuda, capacity=2)
     first = claim(cache, 4)
     assert cache.calls == ["warm_up", "capture"]
     assert claim(cache, 4) is first and cache.calls == ["warm_up", "capture"]
     claim(cache, 2)
     cache.calls.clear()
-    claim(cache, 8)  # a third key in a cache of 2: the oldest (batch 4) goes
-    assert cache.calls == ["warm_up", "capture", "release 4"]
+    claim(cache, 8)  # a third key in a cache of 2: the oldest (batch 4) goes, memory released
+    assert cache.calls == ["warm_up", "capture", *RELEASE]
+    assert first.graph is None and first.buffers is None
     assert [key.batch for key in cache.keys()] == [2, 8] and not cache.lock.locked()
     assert (cache.stats.captures, cache.stats.hits, cache.stats.evictions) == (3, 1, 1)
     assert set(cache.stats.capture_seconds) == {StepKey(b, 64, 64) for b in (4, 2, 8)}
 
 
 @pytest.mark.parametrize("stage", ["warm_up", "capture"])
-def test_a_failed_build_is_discarded_never_stored_and_frees_the_lock(no_cuda_context, stage):
-    cache = RecordingSteps(capacity=2, fail_at=stage)
+def test_a_failed_build_is_released_never_stored_and_frees_the_lock(fake_cuda, stage):
+    cache = RecordingSteps(fake_cuda, capacity=2, fail_at=stage)
     with pytest.raises(RuntimeError, match=f"injected at {stage}"):
         claim(cache, 4)
-    assert cache.calls[-1] == "discard"
+    assert cache.calls[-len(RELEASE) :] == RELEASE
     assert cache.keys() == [] and cache.stats.captures == 0 and not cache.lock.locked()
 
 
-def test_clear_state_zeroes_every_buffer_and_keeps_the_keys_in_order(no_cuda_context):
-    cache = RecordingSteps(capacity=3)
+def test_a_capture_left_open_is_ended_before_the_entry_is_released(fake_cuda):
+    cache = RecordingSteps(fake_cuda, capacity=2)
+    fake_cuda.end_capture_fails = True
+    with pytest.raises(RuntimeError, match="ending the capture failed"):
+        claim(cache, 4)
+    assert cache.calls == ["warm_up", "capture", "capture_end", *RELEASE]
+    assert not fake_cuda.capturing and cache.keys() == []
+
+
+def test_replays_are_counted_where_the_graph_replays(fake_cuda):
+    cache = RecordingSteps(fake_cuda, capacity=2)
+    with cache.claim(StepKey(2, 64, 64)) as slot:
+        for _ in range(3):
+            assert slot.step(2).shape == (2, cache.kv.config.vocab_size)
+        assert cache.stats.replays == slot.graph.replays == 3
+        cache.fail_at = "replay"  # a replay stage that fails before the graph runs
+        with pytest.raises(RuntimeError, match="injected at replay"):
+            slot.step(2)
+    assert cache.stats.replays == slot.graph.replays == 3
+
+
+def test_clear_state_zeroes_every_buffer_and_keeps_the_keys_in_order(fake_cuda):
+    cache = RecordingSteps(fake_cuda, capacity=3)
     slots = [claim(cache, batch) for batch in (1, 2)]
     for slot in slots:
         for tensor in vars(slot.buffers).values():
@@ -74,3 +172,13 @@ def test_clear_state_zeroes_every_buffer_and_keeps_the_keys_in_order(no_cuda_con
         for tensor in (buffers.inputs, buffers.cache, buffers.cross, buffers.cross_mask):
             assert not tensor.any()
     assert cache.stats.captures == 2 and not cache.lock.locked()
+
+
+def test_clear_releases_every_entry_and_keeps_the_cache_usable(fake_cuda):
+    cache = RecordingSteps(fake_cuda, capacity=3)
+    slots = [claim(cache, batch) for batch in (1, 2)]
+    cache.calls.clear()
+    cache.clear()
+    assert cache.calls == ["synchronize", "reset", "reset", "empty_cache"]
+    assert cache.keys() == [] and all(slot.graph is None for slot in slots)
+    assert claim(cache, 1).graph is not None and cache.stats.captures == 3

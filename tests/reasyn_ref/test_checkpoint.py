@@ -1,7 +1,11 @@
-"""Checkpoints: round trips, and the files load_checkpoint must refuse."""
+"""Checkpoints: round trips, and the files load_checkpoint must refuse, before building anything
+from them: code, damaged or cut archives, configs that ask for more than the file holds, and
+weights of the wrong name, shape, dtype, layout or values."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +18,8 @@ from reasyn_ref import (
     load_checkpoint,
     save_checkpoint,
 )
-from reasyn_ref.checkpoint import FORMAT_VERSION
+from reasyn_ref.checkpoint import FORMAT_VERSION, KINDS, WEIGHT_DTYPES
+from reasyn_ref.config import MAX_LEN
 
 
 class RunsCode:
@@ -131,6 +136,9 @@ def test_a_missing_file_is_file_not_found_naming_it(tmp_path):
         pytest.param(lambda whole: b"", id="empty"),
         pytest.param(lambda whole: whole[: len(whole) // 2], id="truncated"),
         pytest.param(lambda whole: whole[:100], id="cut in its header"),
+        pytest.param(lambda whole: whole[:5000], id="cut in its first weights"),
+        pytest.param(lambda whole: whole[:-22], id="cut before its end record"),
+        pytest.param(lambda whole: whole[:-1], id="its last byte lost"),
         pytest.param(lambda whole: b"d_model: 768\nnhead: 16\n", id="text"),
         pytest.param(lambda whole: b"\x80\x02K\x01.", id="a bare pickle"),
     ],
@@ -141,6 +149,40 @@ def test_a_file_that_is_not_a_whole_checkpoint_is_refused_naming_it(saved, conte
     with pytest.raises(ValueError) as refused:
         load_checkpoint(bad)
     assert str(bad) in str(refused.value)
+
+
+def test_a_flipped_byte_is_refused_or_changes_no_weight(saved, tiny_decoder):
+    """Bytes spread over the whole file, and every byte of one weight's central-directory record
+    (its attributes included: torch's zip reader takes a member marked a folder as empty)."""
+    whole = saved.read_bytes()
+    record = whole.rindex(b"PK\x01\x02", 0, whole.rindex(b"/data/0"))
+    positions = [*range(0, len(whole), len(whole) // 60), *range(record, record + 46)]
+    expected = tiny_decoder.state_dict()
+    flipped = saved.with_name("flipped.pt")
+    wrong = []
+    for position in positions:
+        data = bytearray(whole)
+        data[position] ^= 0xFF
+        flipped.write_bytes(data)
+        try:
+            loaded = load_checkpoint(flipped).state_dict()
+        except ValueError as refused:
+            assert str(flipped) in str(refused)
+            continue
+        if any(not torch.equal(loaded[name], expected[name]) for name in expected):
+            wrong.append(position)
+    assert wrong == [], f"flips at {wrong} loaded other weights without an error"
+
+
+def test_a_weight_marked_a_folder_is_refused(saved):
+    """torch's zip reader reads a member with the MS-DOS folder attribute as empty, and loads
+    its weight as whatever memory it got, where Python's zipfile sees a whole file."""
+    data = bytearray(saved.read_bytes())
+    record = data.rindex(b"PK\x01\x02", 0, data.rindex(b"/data/0"))
+    data[record + 38] |= 0x10  # the low byte of the member's external attributes
+    saved.write_bytes(data)
+    with pytest.raises(ValueError, match=r"member '[^']*/data/0' is marked a folder"):
+        load_checkpoint(saved)
 
 
 def test_a_failed_save_keeps_the_earlier_checkpoint(saved, tiny_decoder, monkeypatch):
@@ -246,3 +288,199 @@ def test_bad_checkpoints_are_refused(saved, change, message):
     with pytest.raises(ValueError, match=message) as refused:
         load_checkpoint(bad)
     assert str(bad) in str(refused.value)
+
+
+# --- nothing is built before the file is checked ----------------------------------------------
+
+
+class Unbuildable(Decoder):
+    def __init__(self, config: DecoderConfig) -> None:
+        raise AssertionError(f"a model was built from an unchecked checkpoint ({config})")
+
+
+@pytest.fixture
+def nothing_built(monkeypatch):
+    """load_checkpoint fails the test if it builds a decoder: only refusals may pass."""
+    monkeypatch.setitem(KINDS, "decoder", (Unbuildable, DecoderConfig))
+
+
+def config_change(**fields):
+    return lambda p: p | {"config": p["config"] | fields}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param(
+            config_change(num_layers=100_000),
+            r"the stored config has 100000 layers, but the state_dict holds 45 tensors in all",
+            id="100000 layers",
+        ),
+        pytest.param(
+            config_change(d_model=2**16),
+            r"tensor 'embed\.weight' has shape \(272, 32\); the stored config builds "
+            r"\(272, 65536\)",
+            id="d_model 65536",
+        ),
+        pytest.param(
+            config_change(dim_feedforward=2**24),
+            r"tensor 'transformer\.layers\.0\.linear1\.weight' has shape \(64, 32\)",
+            id="a 2**24 feed-forward",
+        ),
+        pytest.param(
+            config_change(vocab_size=10**7, reaction_tokens=[157, 272]),
+            r"tensor 'embed\.weight' has shape \(272, 32\); the stored config builds "
+            r"\(10000000, 32\)",
+            id="a vocabulary of 10**7",
+        ),
+        pytest.param(
+            config_change(max_len=10**6),
+            rf"invalid decoder config: DecoderConfig\.max_len must be an int in "
+            rf"\[1, MAX_LEN={MAX_LEN}\], got 1000000",
+            id="max_len 10**6",
+        ),
+    ],
+)
+def test_a_config_asking_for_more_than_the_file_holds_is_refused_first(
+    saved, nothing_built, change, message
+):
+    bad = rewrite(saved, change)
+    with pytest.raises(ValueError, match=message) as refused:
+        load_checkpoint(bad)
+    assert str(bad) in str(refused.value)
+
+
+def weight_change(name: str, make):
+    """The payload with weight ``name`` replaced by ``make(weight)``."""
+
+    def change(payload: dict) -> dict:
+        state = dict(payload["state_dict"])
+        state[name] = make(state[name])
+        return payload | {"state_dict": state}
+
+    return change
+
+
+def with_value(value: float):
+    def make(weight):
+        weight = weight.clone()
+        weight.view(-1)[3] = value
+        return weight
+
+    return make
+
+
+BIAS = "head.4.bias"
+NORM = "transformer.layers.1.norm2.weight"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param(
+            weight_change(BIAS, with_value(float("nan"))), r"holds NaN or infinite", id="NaN"
+        ),
+        pytest.param(
+            weight_change(BIAS, with_value(float("-inf"))), r"holds NaN or infinite", id="-inf"
+        ),
+        pytest.param(weight_change(BIAS, lambda w: w.long()), r"is torch\.int64", id="int64"),
+        pytest.param(weight_change(BIAS, lambda w: w.bool()), r"is torch\.bool", id="bool"),
+        pytest.param(weight_change(BIAS, lambda w: w.double()), r"is torch\.float64", id="float64"),
+        pytest.param(
+            weight_change(BIAS, lambda w: w.to(torch.complex64)),
+            r"is torch\.complex64",
+            id="complex",
+        ),
+        pytest.param(weight_change(BIAS, lambda w: w.to("meta")), r"is on meta", id="meta"),
+        pytest.param(
+            weight_change(NORM, lambda w: w.to_sparse()), r"is torch\.sparse_coo", id="sparse"
+        ),
+        pytest.param(
+            weight_change(NORM, lambda w: torch.ones(1).expand_as(w)),
+            r"does not own exactly its bytes",
+            id="one value viewed over every position",
+        ),
+        pytest.param(
+            weight_change(NORM, lambda w: torch.ones(2 * w.numel())[w.numel() :]),
+            r"does not own exactly its bytes",
+            id="a view into a larger storage",
+        ),
+        pytest.param(
+            weight_change("embed.weight", lambda w: w.t().contiguous().t()),
+            r"does not own exactly its bytes",
+            id="its own bytes in another order",
+        ),
+        pytest.param(
+            lambda p: (
+                p
+                | {"state_dict": p["state_dict"] | {NORM: p["state_dict"][NORM.replace("2", "3")]}}
+            ),
+            r"does not own exactly its bytes",
+            id="a storage shared by two weights",
+        ),
+    ],
+)
+def test_a_weight_no_checkpoint_holds_is_refused_naming_it(saved, nothing_built, change, message):
+    bad = rewrite(saved, change)
+    with pytest.raises(ValueError, match=message) as refused:
+        load_checkpoint(bad)
+    assert str(bad) in str(refused.value) and "tensor '" in str(refused.value)
+
+
+def test_finite_weights_whose_sum_overflows_load_and_one_infinity_among_them_does_not(saved):
+    huge = rewrite(saved, weight_change(BIAS, lambda w: torch.full_like(w, 3e38)))
+    assert torch.equal(load_checkpoint(huge).state_dict()[BIAS], torch.full((272,), 3e38))
+    one_inf = weight_change(BIAS, lambda w: with_value(float("inf"))(torch.full_like(w, 3e38)))
+    with pytest.raises(ValueError, match=r"tensor 'head\.4\.bias' holds NaN or infinite"):
+        load_checkpoint(rewrite(saved, one_inf))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_weights_stored_in_half_precision_load_exactly(saved, tiny_decoder, dtype):
+    assert dtype in WEIGHT_DTYPES
+    half = rewrite(
+        saved,
+        lambda p: p | {"state_dict": {name: t.to(dtype) for name, t in p["state_dict"].items()}},
+    )
+    loaded = load_checkpoint(half)
+    for name, weight in tiny_decoder.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], weight.to(dtype).float()), name
+
+
+def test_save_refuses_weights_a_checkpoint_cannot_hold(tmp_path, tiny_decoder):
+    path = tmp_path / "decoder.pt"
+    with torch.no_grad():
+        tiny_decoder.head[-1].bias[0] = float("nan")
+    with pytest.raises(ValueError, match=rf"cannot save to {path}: tensor 'head\.4\.bias' holds"):
+        save_checkpoint(path, tiny_decoder, tiny_decoder.config)
+    with pytest.raises(ValueError, match=r"tensor 'embed\.weight' is torch\.float64"):
+        save_checkpoint(path, tiny_decoder.double(), tiny_decoder.config)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_model_saved_from_views_and_in_bf16_round_trips(tmp_path, tiny_decoder):
+    """save copies each weight into a storage of its own, so what it writes always loads."""
+    decoder = tiny_decoder.to(torch.bfloat16)
+    with torch.no_grad():
+        big = torch.zeros(2, *decoder.embed.weight.shape, dtype=torch.bfloat16)
+        big[1] = decoder.embed.weight
+        decoder.embed.weight.data = big[1]  # a view into a larger storage
+    path = tmp_path / "decoder.pt"
+    save_checkpoint(path, decoder, decoder.config)
+    loaded = load_checkpoint(path)
+    for name, weight in decoder.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], weight.float()), name
+
+
+def test_checking_a_file_against_its_config_does_not_import_dynamo(saved):
+    """The skeleton the weights are checked against is built on the meta device, where the
+    position tables, if computed, would import torch._dynamo (seconds, in every worker)."""
+    script = (
+        "import sys\n"
+        "from reasyn_ref import load_checkpoint\n"
+        f"load_checkpoint({str(saved)!r})\n"
+        "print(sorted(m for m in sys.modules if m.startswith('torch._dynamo')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

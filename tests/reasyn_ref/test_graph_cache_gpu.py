@@ -18,15 +18,14 @@ from torch import Tensor
 from pytest_cudagraph.engines import devices
 from pytest_cudagraph.engines.memory import settle
 from pytest_cudagraph.engines.units import MiB
+from pytest_cudagraph.skips import needs_cuda
 from reasyn_ref import ARSampler, ARStep, Decoder, DecoderConfig
 from reasyn_ref.graph_cache import GraphCache, GraphKey
 from reasyn_ref.model import ar_step_logits
 from reasyn_ref.sampler import pad_rows
 from reasyn_ref.workloads import random_prefixes, random_step, seeded_decoder
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs CUDA: CUDA graphs exist only on a GPU"
-)
+pytestmark = needs_cuda
 needs_two_gpus = pytest.mark.skipif(
     torch.cuda.device_count() < 2,
     reason="needs 2 CUDA devices: binds a cache to the GPU that is not current",

@@ -1,6 +1,6 @@
-"""Incremental decoding on CPU at the tiny config: prefill and steps against the full-recompute
+"""The KV decoder on CPU at the tiny config: prefill and steps against the full-recompute
 decoder (rows at different lengths and positions), writes in place at each row's own position,
-the cache across targets, checkpoints, the incremental sampler, and input checks."""
+the cache across targets, checkpoints, grad mode, eager steps, and input checks."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ from reasyn_ref import (
     Decoder,
     EagerSteps,
     KVDecoder,
-    KVSampler,
     StepBuffers,
-    StepGraphCache,
     StepKey,
     expand_memory,
     load_checkpoint,
@@ -166,7 +164,7 @@ def test_dummy_and_finished_rows_do_not_touch_the_real_rows(tiny_decoder, target
             row.pop()  # keep the frozen rows at their last position
 
 
-def test_a_checkpoint_loads_into_the_incremental_decoder(tiny_decoder, target, tmp_path):
+def test_a_checkpoint_loads_into_the_kv_decoder(tiny_decoder, target, tmp_path):
     path = tmp_path / "decoder.pt"
     save_checkpoint(path, tiny_decoder, tiny_decoder.config)
     memory, mask = pad_memory(*target)
@@ -178,7 +176,7 @@ def test_a_checkpoint_loads_into_the_incremental_decoder(tiny_decoder, target, t
     assert torch.equal(loaded.feed([7, 8]), original.feed([7, 8]))
 
 
-# --- eager steps and the sampler ------------------------------------------------------------
+# --- eager steps ------------------------------------------------------------------------------
 
 
 def test_eager_steps_give_fresh_buffers_and_fp32_logits_of_their_own(tiny_decoder):
@@ -192,106 +190,11 @@ def test_eager_steps_give_fresh_buffers_and_fp32_logits_of_their_own(tiny_decode
     assert logits.data_ptr() != again.data_ptr()
 
 
-def rigged(decoder: Decoder, token: int) -> Decoder:
-    """The decoder made to prefer ``token`` whatever the input."""
-    with torch.no_grad():
-        decoder.head[-1].weight.zero_()
-        decoder.head[-1].bias.fill_(-100.0)
-        decoder.head[-1].bias[token] = 100.0
-    return decoder
-
-
-def test_sampler_runs_rows_to_max_len_or_end(tiny_decoder, target):
-    prefixes = [[START], [START, 5], [START, 5, 6, 7, 8], [START, 3, END], [START] * 7]
-    sampler = KVSampler(rigged(tiny_decoder, 7))
-    out = sampler.sample(*target, prefixes, torch.Generator().manual_seed(0), max_len=7)
-    grown = [prefix + [7] * (7 - len(prefix)) for prefix in prefixes[:3]]
-    assert out == [*grown, prefixes[3], prefixes[4]]
-    ended = KVSampler(rigged(tiny_decoder, END))
-    assert ended.sample(*target, prefixes[:2], torch.Generator(), max_len=7) == [
-        [START, END],
-        [START, 5, END],
-    ]
-
-
-def test_sampler_same_seed_same_tokens(tiny_decoder, target):
-    sampler = KVSampler(tiny_decoder, temperature=1.0)
-    prefixes = random_rows([1, 4, 2], seed=12)
-    runs = [
-        sampler.sample(*target, prefixes, torch.Generator().manual_seed(seed), max_len=30)
-        for seed in (3, 3, 4)
-    ]
-    assert runs[0] == runs[1] and runs[0] != runs[2]
-
-
-def test_sampler_stages_one_copy_each_way_per_step(tiny_decoder, target, transfers):
-    sampler = KVSampler(rigged(tiny_decoder, 7))
-    transfers.clear()
-    sampler.sample(*target, [[START], [START, 5]], torch.Generator(), max_len=7)
-    # The prefill: tokens and gather over, the first draw back; then 5 steps of one each way.
-    assert transfers == ["to", "to", "cpu"] + ["cpu"] * 5
-
-
-def test_eager_steps_need_an_incremental_decoder(tiny_decoder):
-    with pytest.raises(TypeError, match="kv must be an KVDecoder"):
+def test_eager_steps_need_a_kv_decoder_and_a_bool(tiny_decoder):
+    with pytest.raises(TypeError, match=r"^kv must be a KVDecoder, got Decoder"):
         EagerSteps(tiny_decoder, bf16=False)
-
-
-def test_the_step_graph_cache_refuses_what_it_cannot_capture(kv):
-    with pytest.raises(TypeError, match="kv must be an KVDecoder"):
-        StepGraphCache(kv.decoder)
-    if not torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="StepGraphCache needs CUDA"):
-            StepGraphCache(kv)
-    else:
-        with pytest.raises(ValueError, match="needs the decoder on a CUDA device"):
-            StepGraphCache(kv)
-
-
-def test_sampler_refuses_graphs_on_the_cpu(tiny_decoder):
-    with pytest.raises(ValueError, match="cudagraph=True needs bf16=True"):
-        KVSampler(tiny_decoder, cudagraph=True, bf16=False)
-    with pytest.raises(ValueError, match="cudagraph=True needs"):
-        KVSampler(tiny_decoder, cudagraph=True, bf16=True)
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "error", "match"),
-    [
-        ({"decoder": "not a decoder"}, TypeError, "decoder must be a reasyn_ref Decoder"),
-        ({"temperature": 0}, ValueError, "temperature must be a finite number >= 1.18e-38"),
-        ({"temperature": float("nan")}, ValueError, "temperature"),
-        ({"temperature": "0.1"}, TypeError, "temperature must be a finite number"),
-    ],
-)
-def test_sampler_refuses_bad_construction(tiny_decoder, kwargs, error, match):
-    arguments = {"decoder": tiny_decoder, **kwargs}
-    with pytest.raises(error, match=match):
-        KVSampler(arguments.pop("decoder"), **arguments)
-
-
-@pytest.mark.parametrize(
-    ("change", "match"),
-    [
-        ({"max_len": 513}, "max_len must be in"),
-        ({"prefixes": [[START] * 9]}, r"prefixes\[0\] has length 9"),
-        ({"prefixes": [[START, 400]]}, r"prefixes\[0\] holds token id 400"),
-        ({"generator": None}, "generator must be a torch.Generator"),
-        ({"memory": torch.zeros(1, 20, 5)}, r"memory must be \[1, M >= 1, d_model"),
-    ],
-)
-def test_sampler_refuses_bad_sample_arguments(tiny_decoder, target, change, match):
-    memory, mask = target
-    arguments = {
-        "memory": memory,
-        "memory_padding_mask": mask,
-        "prefixes": [[START]],
-        "generator": torch.Generator(),
-        "max_len": 8,
-        **change,
-    }
-    with pytest.raises(ValueError, match=match):
-        KVSampler(tiny_decoder).sample(**arguments)
+    with pytest.raises(TypeError, match=r"^bf16 must be a bool, got 1"):
+        EagerSteps(KVDecoder(tiny_decoder), bf16=1)
 
 
 # --- input checks ---------------------------------------------------------------------------
@@ -314,21 +217,23 @@ def buffers(kv, target) -> StepBuffers:
     return buffers
 
 
-def test_incremental_decoder_needs_a_decoder():
+def test_kv_decoder_needs_a_decoder():
     with pytest.raises(TypeError, match="decoder must be a reasyn_ref Decoder"):
         KVDecoder(torch.nn.Linear(2, 2))
 
 
 @pytest.mark.parametrize(
-    ("key", "match"),
+    ("key", "error", "match"),
     [
-        (StepKey(0, 64, 64), "key.batch must be an int >= 1"),
-        (StepKey(2, 513, 64), "key.cache_len 513 exceeds the decoder's max_len 512"),
-        (StepKey(2, 64, True), "key.memory_len must be an int >= 1"),
+        (StepKey(0, 64, 64), ValueError, "key.batch must be an int >= 1, got 0"),
+        (StepKey(2, 513, 64), ValueError, "key.cache_len 513 exceeds the decoder's max_len 512"),
+        (StepKey(2, 64, True), TypeError, "key.memory_len must be an int >= 1, got True"),
+        (StepKey(2, 64.0, 64), TypeError, "key.cache_len must be an int >= 1, got 64.0"),
+        ((2, 64), TypeError, r"key must be a StepKey \(batch, cache_len, memory_len\)"),
     ],
 )
-def test_new_buffers_refuses_bad_keys(kv, key, match):
-    with pytest.raises(ValueError, match=match):
+def test_new_buffers_refuses_bad_keys(kv, key, error, match):
+    with pytest.raises(error, match=match):
         kv.new_buffers(key, torch.float32)
 
 
@@ -399,6 +304,60 @@ def test_load_target_refuses_bad_memory_before_writing_anything(kv, buffers, mem
 
 def test_eager_slot_refuses_bad_rows(kv):
     with EagerSteps(kv, bf16=False).claim(StepKey(2, 64, 64)) as slot:
-        for rows in (0, 3, True):
-            with pytest.raises(ValueError, match=r"rows must be an int in \[1, Bb=2\]"):
+        for rows, error in ((0, ValueError), (3, ValueError), (True, TypeError), (1.0, TypeError)):
+            with pytest.raises(error, match=r"rows must be an int in \[1, Bb=2\]"):
                 slot.step(rows)
+
+
+@pytest.mark.parametrize(
+    ("method", "arguments", "match"),
+    [
+        (
+            "load_target",
+            lambda b, t, g: (b, [[0.0]], t),
+            r"^memory must be a floating-point tensor",
+        ),
+        (
+            "load_target",
+            lambda b, t, g: (b, torch.zeros(1, 64, 32), [[False] * 64]),
+            r"^memory_padding_mask must be a torch.bool tensor, got list",
+        ),
+        ("prefill", lambda b, t, g: (b, t.tolist(), g), r"^tokens must be a torch.long tensor"),
+        ("prefill", lambda b, t, g: (b, t, g.tolist()), r"^gather must be a torch.long tensor"),
+        ("step", lambda b, t, g: ({"inputs": b.inputs},), r"^buffers must be StepBuffers"),
+    ],
+)
+def test_what_is_not_a_tensor_is_a_type_error(kv, buffers, method, arguments, match):
+    tokens, gather = pad_rows(random_rows([3, 1], seed=13), kv.config, bucket=True)
+    with pytest.raises(TypeError, match=match):
+        getattr(kv, method)(*arguments(buffers, tokens, gather))
+
+
+# --- grad mode --------------------------------------------------------------------------------
+
+
+def decode(kv: KVDecoder, memory: Tensor, mask: Tensor) -> tuple[list[Tensor], StepBuffers]:
+    """load_target, prefill and two steps on fresh buffers, in the caller's grad mode."""
+    buffers = kv.new_buffers(StepKey(2, 64, memory.shape[1]), torch.float32)
+    tokens, gather = pad_rows(random_rows([3, 1], seed=14), kv.config, bucket=True)
+    kv.load_target(buffers, memory, mask)
+    logits = [kv.prefill(buffers, tokens, gather)]
+    for position in (3, 4):
+        buffers.inputs.copy_(torch.tensor([[7, 8], [position, position - 2]]))
+        logits.append(kv.step(buffers))
+    return logits, buffers
+
+
+def test_outside_no_grad_the_kv_decoder_computes_the_same_and_tracks_nothing(tiny_decoder, target):
+    memory, mask = pad_memory(*target)
+    kv = KVDecoder(tiny_decoder)
+    with torch.no_grad():
+        expected, expected_buffers = decode(kv, memory, mask)
+    with torch.enable_grad():
+        got, buffers = decode(kv, memory, mask)
+    for a, b in zip(got, expected, strict=True):
+        assert torch.equal(a, b) and not a.requires_grad
+    for name in ("inputs", "cache", "cross", "cross_mask"):
+        assert torch.equal(getattr(buffers, name), getattr(expected_buffers, name))
+        assert not getattr(buffers, name).requires_grad, name
+    assert any(p.requires_grad for p in tiny_decoder.parameters())  # grads were possible

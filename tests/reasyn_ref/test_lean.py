@@ -68,15 +68,19 @@ def test_lean_decoder_is_a_snapshot(tiny_decoder) -> None:
 def test_lean_decoder_needs_a_decoder_and_a_floating_dtype(tiny_decoder) -> None:
     with pytest.raises(TypeError, match="decoder must be a reasyn_ref Decoder, got Linear"):
         LeanDecoder(torch.nn.Linear(2, 2))
-    with pytest.raises(TypeError, match=r"dtype must be a floating torch\.dtype, got torch\.int64"):
+    with pytest.raises(
+        ValueError, match=r"dtype must be a floating torch\.dtype, got torch\.int64"
+    ):
         LeanDecoder(tiny_decoder, dtype=torch.long)
+    with pytest.raises(TypeError, match=r"dtype must be a floating torch\.dtype, got 'bf16'"):
+        LeanDecoder(tiny_decoder, dtype="bf16")
 
 
 def test_lean_forward_checks_its_inputs(tiny_decoder) -> None:
     lean = LeanDecoder(tiny_decoder)
     step = random_step(tiny_decoder.config, GraphKey(2, 64, 64, True), seed=3)
     args = (step.tokens, step.memory, step.memory_padding_mask)
-    with pytest.raises(ValueError, match="gather is required"):
+    with pytest.raises(TypeError, match=r"gather must be a torch\.long tensor \[B\]"):
         lean(*args, None)
     with pytest.raises(ValueError, match=r"memory must be torch\.float32 .* got torch\.float16"):
         lean(step.tokens, step.memory.half(), step.memory_padding_mask, step.gather)

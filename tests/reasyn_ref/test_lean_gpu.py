@@ -10,15 +10,14 @@ from dataclasses import replace
 import pytest
 import torch
 
+from pytest_cudagraph.skips import needs_cuda
 from reasyn_ref import ARSampler
 from reasyn_ref.graph_cache import GraphCache, GraphKey
 from reasyn_ref.lean import LEAN_TOLERANCE, LeanDecoder
 from reasyn_ref.model import ar_step_logits
 from reasyn_ref.workloads import random_prefixes, random_step
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs CUDA: CUDA graphs exist only on a GPU"
-)
+pytestmark = needs_cuda
 
 # Batch 1 to 256, sequences to max_len, memories shared or per row, with and without a mask.
 KEYS = (

@@ -15,9 +15,11 @@ from torch.nn.modules import transformer
 
 from reasyn_ref import Decoder, DecoderConfig, Encoder, EncoderConfig, expand_memory, model
 from reasyn_ref.model import (
+    LAYERS,
     cross_attention_inputs,
     seeded_decoder,
     seeded_encoder,
+    skeleton,
     step_context,
     with_bf16_matmul_weights,
 )
@@ -169,8 +171,12 @@ def test_expand_memory_refuses_a_batch_that_is_not_a_positive_int(target, batch,
 
 
 def test_expand_memory_refuses_what_is_not_a_tensor(target):
-    with pytest.raises(TypeError, match=r"^memory must be a tensor, got list"):
+    with pytest.raises(TypeError, match=r"^memory must be a floating-point tensor, got list"):
         expand_memory([[0.0]], target[1], 2)
+    with pytest.raises(TypeError, match=r"^memory_padding_mask must be a torch.bool tensor, got"):
+        expand_memory(target[0], target[1].tolist(), 2)
+    with pytest.raises(ValueError, match=r"^memory_padding_mask must be a torch.bool tensor, got"):
+        expand_memory(target[0], target[1].float(), 2)
 
 
 def bad(name: str, case: str, change) -> pytest.ParameterSet:
@@ -469,3 +475,27 @@ def test_under_autocast_the_forward_converts_memory_once_and_still_equals_upstre
     assert per_head_mask.shape == (batch * nhead, 70, 64)
     padded = mask.repeat_interleave(nhead, dim=0).unsqueeze(1).expand(-1, 70, -1)
     assert torch.equal(per_head_mask.isinf(), padded) and not per_head_mask[~padded].any()
+
+
+def test_a_model_needs_a_config_of_its_kind_and_the_bf16_copy_a_decoder():
+    with pytest.raises(TypeError, match=r"^config must be a DecoderConfig, got EncoderConfig"):
+        Decoder(EncoderConfig.tiny())
+    with pytest.raises(TypeError, match=r"^config must be an EncoderConfig, got dict"):
+        Encoder(EncoderConfig.tiny().to_dict())
+    with pytest.raises(TypeError, match=r"^decoder must be a reasyn_ref Decoder, got Linear"):
+        with_bf16_matmul_weights(torch.nn.Linear(2, 2))
+
+
+def test_a_skeleton_has_every_weight_of_one_layer_and_holds_no_memory():
+    for config in (DecoderConfig.tiny(), EncoderConfig.tiny()):
+        model = (Decoder if isinstance(config, DecoderConfig) else Encoder)(config)
+        one_layer = skeleton(config)
+        shapes = {name: t.shape for name, t in one_layer.state_dict().items()}
+        built = {
+            name: t.shape
+            for name, t in model.state_dict().items()
+            if not name.startswith(f"{LAYERS}1.")
+        }
+        assert shapes == built
+        assert all(t.is_meta for t in one_layer.state_dict().values())
+        assert one_layer.positions.is_meta and one_layer.positions.shape == model.positions.shape

@@ -7,14 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pytest_cudagraph.skips import needs_cuda
 from reasyn_ref import ARSampler, Decoder, DecoderConfig, GraphKey
 from reasyn_ref.model import step_context
 from reasyn_ref.workloads import random_step, seeded_decoder, target_memory
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(),
-    reason="needs CUDA: host syncs and pinned staging exist only on a GPU",
-)
+pytestmark = needs_cuda
 
 START = 1
 

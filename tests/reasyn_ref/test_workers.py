@@ -268,11 +268,13 @@ def test_more_gpus_than_visible_are_refused(checkpoint, no_new_processes):
         ((1, 0), {}, ValueError, r"num_workers_per_gpu must be an int >= 1, got 0"),
         ((1, 1.5), {}, TypeError, r"num_workers_per_gpu must be an int >= 1, got 1.5"),
         ((1, 1), {"device_type": "tpu"}, ValueError, r"device_type must be 'cuda' or 'cpu'"),
+        ((1, 1), {"device_type": 0}, TypeError, r"device_type must be 'cuda' or 'cpu', got 0"),
         ((1, 1), {"timeout": 0}, ValueError, r"timeout must be a number of seconds > 0, got 0"),
         ((1, 1), {"timeout": float("nan")}, ValueError, r"timeout must be .* > 0, got nan"),
         ((1, 1), {"timeout": "5"}, TypeError, r"timeout must be a number of seconds > 0, got '5'"),
         ((1, 1), {"startup_timeout": -1.0}, ValueError, r"startup_timeout must be a number"),
         ((1, 1), {"job_fn": lambda s, j: []}, ValueError, r"job_fn must be a module-level"),
+        ((1, 1), {"job_fn": 42}, TypeError, r"job_fn must be a module-level function, got 42"),
     ],
 )
 def test_bad_arguments_are_refused(checkpoint, no_new_processes, args, kwargs, error, message):
@@ -303,7 +305,7 @@ def rows():
             "memory_padding_mask",
             [[False] * 16],
             TypeError,
-            r"memory_padding_mask must be a CPU tensor",
+            r"SampleJob.memory_padding_mask must be a torch.bool tensor, got list",
         ),
         (
             "memory_padding_mask",

@@ -13,12 +13,13 @@ import pytest
 import torch
 from test_workers import TIMED_SEEDS, make_job, scripted_job
 
+from pytest_cudagraph.skips import needs_cuda
 from reasyn_ref.checkpoint import load_checkpoint
 from reasyn_ref.sampler import ARSampler
 from reasyn_ref.workers import SampleJob, WorkerPool, run_sample_job
 
 pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: these workers bind GPUs"),
+    needs_cuda,
     pytest.mark.usefixtures("no_toggles_in_env"),
 ]
 needs_two_gpus = pytest.mark.skipif(

@@ -52,8 +52,12 @@ def test_a_seed_gives_the_same_step_and_another_seed_another():
 
 def test_rows_may_be_chosen_within_the_batch_bucket():
     assert random_step(CONFIG, GraphKey(8, 64, 64, True, True), seed=0, rows=8).rows == 8
-    with pytest.raises(ValueError, match=r"rows must be an int that buckets to batch 8, got 4"):
-        random_step(CONFIG, GraphKey(8, 64, 64, True, True), seed=0, rows=4)
+    key = GraphKey(8, 64, 64, True, True)
+    assert random_step(CONFIG, key, seed=0, rows=5).rows == 5  # the fewest that bucket to 8
+    with pytest.raises(ValueError, match=r"rows must be an int in \[5, batch=8\], got 4"):
+        random_step(CONFIG, key, seed=0, rows=4)
+    with pytest.raises(TypeError, match=r"rows must be an int in \[5, batch=8\], got True"):
+        random_step(CONFIG, key, seed=0, rows=True)
 
 
 @pytest.mark.parametrize(

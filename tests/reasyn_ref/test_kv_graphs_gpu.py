@@ -1,4 +1,4 @@
-"""Incremental decoding on a GPU at the default (upstream-sized) config: the graphed step is
+"""The KV decoder's step graphs on a GPU at the default (upstream-sized) config: the graphed step is
 bit-identical to the eager step per batch bucket, nothing is baked into a graph (target,
 prefixes, tokens, positions), graphs on and off sample the same tokens, the step makes no host
 sync, and the logits agree with the full-recompute decoder in fp32 and in bf16 (with the greedy
@@ -14,7 +14,9 @@ import pytest
 import torch
 from torch import Tensor
 
+from pytest_cudagraph.skips import needs_cuda
 from reasyn_ref import (
+    ARStep,
     DecoderConfig,
     EagerSteps,
     KVDecoder,
@@ -25,9 +27,7 @@ from reasyn_ref import (
 from reasyn_ref.model import ar_step_logits, step_context, with_bf16_matmul_weights
 from reasyn_ref.sampler import pad_rows
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs CUDA: CUDA graphs exist only on a GPU"
-)
+pytestmark = needs_cuda
 
 START = 1
 MEMORY_LEN = 64
@@ -294,7 +294,7 @@ def test_fp32_steps_agree_with_the_full_decoder(decoder, device):
             want = full_decoder_logits(decoder, rows, memory, mask, bf16=False)
             worst = max(worst, relative_difference(logits[: len(rows)].float(), want).max().item())
             logits = feed(slot, rows, want.argmax(-1).tolist())
-    print(f"FIGURE incremental_fp32 max_relative_logit_diff={worst:.3g}")
+    print(f"FIGURE kv_fp32 max_relative_logit_diff={worst:.3g}")
     assert worst <= FP32_TOLERANCE
 
 
@@ -302,15 +302,14 @@ def full_decoder_logits(decoder, rows, memory, mask, *, bf16: bool) -> Tensor:
     """The full-recompute step as the ARSampler runs it: bucketed layout, fp32 logits."""
     tokens, gather = pad_rows(rows, decoder.config, bucket=True)
     batch = tokens.shape[0]
-    return ar_step_logits(
-        decoder,
+    step = ARStep(
         tokens.to(memory.device),
         memory.expand(batch, -1, -1),
         mask.expand(batch, -1),
         gather.to(memory.device),
-        rows=len(rows),
-        bf16=bf16,
+        len(rows),
     )
+    return ar_step_logits(decoder, step, bf16=bf16)
 
 
 def test_bf16_logits_and_greedy_tokens_agree_with_the_full_decoder(
@@ -342,10 +341,10 @@ def test_bf16_logits_and_greedy_tokens_agree_with_the_full_decoder(
             ]
             logits = feed(slot, rows, want.argmax(-1).tolist())
     rate = agreed / total
-    record_property("incremental_bf16_greedy_agreement", round(rate, 4))
-    record_property("incremental_bf16_max_relative_logit_diff", round(worst, 5))
+    record_property("kv_bf16_greedy_agreement", round(rate, 4))
+    record_property("kv_bf16_max_relative_logit_diff", round(worst, 5))
     print(
-        f"FIGURE incremental_bf16 greedy_agreement={rate:.4f} ({agreed}/{total}) "
+        f"FIGURE kv_bf16 greedy_agreement={rate:.4f} ({agreed}/{total}) "
         f"max_relative_logit_diff={worst:.4g} tolerance={BF16_TOLERANCE:.4g} "
         f"clear_choices={decided}"
     )
