@@ -21,6 +21,7 @@ STEPS = (
     "conformance-lean",
     "conformance-compiled",
     "conformance-graphed",
+    "conformance-runner",
     "conformance-foreign",
     "conformance-xdist",
     "bench",

@@ -46,9 +46,11 @@ run conformance-kv --pyargs pytest_cudagraph.conformance --cudagraph-target reas
 run conformance-lean --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn-lean
 # The own-graphs examples (docs/own-graphs.md) and the foreign target live in tests/conformance.
 PYTHONPATH=tests/conformance run conformance-compiled --pyargs pytest_cudagraph.conformance \
-    --cudagraph-target examples.compiled_target:make_target
+    --cudagraph-target examples.decode_step_target:make_target
 PYTHONPATH=tests/conformance run conformance-graphed --pyargs pytest_cudagraph.conformance \
-    --cudagraph-target examples.graphed_callables_target:make_target
+    --cudagraph-target examples.graphed_layer_target:make_target
+PYTHONPATH=tests/conformance run conformance-runner --pyargs pytest_cudagraph.conformance \
+    --cudagraph-target examples.bucket_runner_target:make_target
 PYTHONPATH=tests/conformance run conformance-foreign --pyargs pytest_cudagraph.conformance \
     --cudagraph-target foreign:make_target
 if [[ $gpus -ge 2 ]]; then  # one xdist worker per GPU

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_cudagraph.conformance.support import differences, skip_without
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.support import skip_without, tolerated
+from pytest_cudagraph.conformance.target import BIT_IDENTICAL, CudaGraphTarget
 from pytest_cudagraph.skips import needs_cuda
 
 
@@ -17,7 +17,7 @@ from pytest_cudagraph.skips import needs_cuda
 def test_worker_processes(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
     skip_without(target, "run_workers")
     results, expected = target.run_workers(2, False)
-    problems = differences(list(expected), list(results))
+    problems = tolerated(list(expected), list(results), BIT_IDENTICAL)
     record_figure(f"2 workers on one GPU, graphs off: {len(results)} jobs")
     assert not problems, "worker results differ from eager:\n" + "\n".join(problems)
 
