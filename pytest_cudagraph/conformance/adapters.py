@@ -429,8 +429,13 @@ def _compile_options(
 
 
 def _uncompiled(fn: Any) -> Any:
-    """What a torch.compile line compiled (``fn`` itself when it is not such a result)."""
-    return getattr(fn, "_orig_mod", None) or getattr(fn, "_torchdynamo_orig_callable", fn)
+    """What a torch.compile line compiled (``fn`` itself when it is not such a result): the
+    module of an OptimizedModule, the function of a compiled function."""
+    for name in ("_orig_mod", "_torchdynamo_orig_callable"):
+        original = getattr(fn, name, None)
+        if original is not None:
+            return original
+    return fn
 
 
 def _default_call(step: Callable[..., Any], model: Any, inputs: Inputs) -> Any:

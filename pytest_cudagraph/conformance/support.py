@@ -11,7 +11,7 @@ import multiprocessing
 import os
 import sys
 import traceback
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -92,9 +92,10 @@ def stream_kept(device: torch.device) -> contextlib.AbstractContextManager[objec
 
 
 def eager_call(target: CudaGraphTarget, inputs: Inputs, seed: int) -> Any:
-    """The eager side on ``inputs`` with torch's generators seeded with ``seed``."""
+    """The eager side on ``inputs`` with torch's generators seeded with ``seed``, copied: an
+    eager output that is a view of state the graphed side writes must not change with it."""
     with rng.seeded(target.device, seed):
-        return target.eager(inputs)
+        return trees.cloned(target.eager(inputs))
 
 
 def graphed_call(target: CudaGraphTarget, inputs: Inputs, seed: int) -> Any:
@@ -146,7 +147,7 @@ def real(target: CudaGraphTarget, inputs: Inputs, output: object) -> object:
         part: _indexed(value, index[part]) if part in index else value
         for part, value in parts.items()
     }
-    return chosen if isinstance(output, Mapping) else type(output)(chosen.values())
+    return chosen if isinstance(output, Mapping) else _like(output, chosen.values())
 
 
 def _indexed(value: object, index: object) -> object:
@@ -155,8 +156,13 @@ def _indexed(value: object, index: object) -> object:
     if isinstance(value, Mapping):
         return {key: _indexed(item, index) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_indexed(item, index) for item in value)
+        return _like(value, (_indexed(item, index) for item in value))
     return value
+
+
+def _like(sequence: object, items: Iterable[object]) -> tuple[object, ...] | list[object]:
+    """``items`` as a tuple where ``sequence`` is one (a named tuple too), else as a list."""
+    return tuple(items) if isinstance(sequence, tuple) else list(items)
 
 
 def differences(

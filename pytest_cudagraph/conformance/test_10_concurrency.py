@@ -8,8 +8,8 @@ at once, ``serial`` code from all threads one call at a time (state tied to the 
 captured shows), ``single`` code is not called from threads (the check skips, saying so). Calls
 are made one at a time too when the answers depend on torch's generators (eager under two
 seeds differs): they are process-wide, so only one call at a time can draw what eager drew
-under its seed; and when an output is valid only until the next call, which the check reads
-before any other call starts."""
+under its seed; and when outputs are valid until the next call, which the check reads before
+any other call starts (until the next call of their key: one call at a time per key)."""
 
 from __future__ import annotations
 

@@ -505,7 +505,7 @@ def test_the_docs_give_the_checks_own_numbers() -> None:
         f"{memory.SHAPES} calls (cases 0 to {memory.SHAPES - 1}",
         f"+ {memory.SLACK_MIB} MiB",
         f"graph_memory_bound({memory.RESET_BOUND_MIB})",
-        f"after {memory.WARM_ROUNDS} warm-up rounds over up to {memory.SHAPES} keys",
+        f"after {memory.WARM_ROUNDS} warm-up rounds over up to {memory.LONG_RUN_KEYS} keys",
         f"{memory.JUDGED_ROUNDS} more rounds of the same keys",
         f"{threads.THREADS} threads x {threads.CALLS_PER_THREAD} calls on {threads.KEYS} keys",
         f"up to {test_08_lock_safety.KEYS} keys, {test_08_lock_safety.ROUNDS} rounds",

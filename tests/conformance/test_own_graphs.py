@@ -205,6 +205,10 @@ def test_the_two_sides_of_an_adapter_run_on_state_of_their_own() -> None:
     assert torch.equal(separate.graphed(inputs), torch.ones(2))  # its own first call
     assert torch.equal(together.graphed(inputs), torch.full((2,), 3.0))  # after eager's two
     assert float(own.calls) == 1  # the graphed side ran the user's module, eager a copy
+    mine = Counting()
+    from_my_line = compiled(torch.compile(mine, mode="reduce-overhead"), **mlp_fields())
+    from_my_line.eager(inputs)
+    assert torch.equal(from_my_line.graphed(inputs), torch.ones(2)) and float(mine.calls) == 1
 
 
 def test_a_function_of_a_model_gets_a_model_per_side_from_a_builder() -> None:

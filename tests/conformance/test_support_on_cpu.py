@@ -164,3 +164,22 @@ def test_each_part_is_compared_within_its_own_tolerance() -> None:
         "output: keys ['cache'] only in eager, [] only in graphed"
     ]
     assert parts_of((1, 2)) == {0: 1, 1: 2} and parts_of(torch.zeros(1)) is None
+
+
+def test_an_eager_output_is_copied_so_the_graphed_side_cannot_change_it() -> None:
+    """An eager output that is a view of a buffer the graphed side writes: x * 3 must not pass
+    as x * 2."""
+    shared = torch.zeros(4)
+
+    def eager(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        shared.copy_(inputs["x"] * 2)
+        return shared
+
+    def graphed(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        shared.copy_(inputs["x"] * 3)
+        return shared.clone()
+
+    target = sampling_target(eager=eager, graphed=graphed)
+    assert judged(target, lambda: {"x": torch.ones(4)}, 0) == [
+        "output at index (0,): max |diff| 1 over 4 of 4 elements"
+    ]
