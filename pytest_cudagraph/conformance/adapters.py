@@ -150,7 +150,8 @@ def compiled(
     (``call``) may say ``owned``. A graph re-recorded more than ``rerecord_limit`` times falls
     back to eager, which the graphs-not-skipped check reports (``InductorSkips``), as it does
     every graph inductor skipped. Every call runs on one thread of the adapter, one at a time
-    (cudagraph trees keep per-thread state), after ``torch.compiler.cudagraph_mark_step_begin()``.
+    (cudagraph trees keep per-thread state), and each call of the graphed step (several in a
+    ``call``) after ``torch.compiler.cudagraph_mark_step_begin()``.
     """
     import torch
     import torch._dynamo
@@ -183,11 +184,16 @@ def compiled(
         with _on(device):
             return run(eager_step, eager_model, inputs)
 
+    def stepped(*args: Any, **kwargs: Any) -> Any:
+        # Each call of the step a step of its own, as a decode loop's calls are: cudagraph trees
+        # then replay one graph per shape, whose outputs the next step may overwrite.
+        if device.type == "cuda":
+            torch.compiler.cudagraph_mark_step_begin()
+        return graphed_step(*args, **kwargs)
+
     def run_graphed(inputs: Inputs) -> Any:
         with _on(device), _rerecord_limit(rerecord_limit):
-            if device.type == "cuda":
-                torch.compiler.cudagraph_mark_step_begin()
-            return run(graphed_step, graphed_model, inputs)
+            return run(stepped, graphed_model, inputs)
 
     def eager(inputs: Inputs) -> Any:
         return one_thread.submit(run_eager, inputs).result()

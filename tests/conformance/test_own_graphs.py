@@ -336,8 +336,14 @@ BROKEN = {
         set(),
     ),
     "foreign:lock_kept_on_error": ("lock safety", {"lock safety"}, set()),
-    # No lock: threads race on the static buffers; every other check calls from one thread.
-    "foreign:unlocked": ("concurrency", {"concurrency"}, set()),
+    # No lock: threads race on the static buffers; every other check calls from one thread. A
+    # capture that another thread's work breaks may leave the device unusable for the checks
+    # after it.
+    "foreign:unlocked": (
+        "concurrency",
+        {"concurrency"},
+        {"output storage", "captures", "side isolation"},
+    ),
     # Said to be owned, overwritten by the next step: parity, output storage and concurrency
     # read them later (cudagraph trees refuse that read of a compiled output,
     # make_graphed_callables' outputs share storage).
