@@ -22,6 +22,7 @@ STEPS = (
     "conformance-lean",
     "conformance-compiled",
     "conformance-graphed",
+    "conformance-runner",
     "conformance-foreign",
     "conformance-quickstart",
     "conformance-xdist",

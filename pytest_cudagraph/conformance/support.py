@@ -1,27 +1,32 @@
-"""What the conformance checks share: drawing a case's inputs, comparing outputs, telling graph
-memory from ordinary memory, and the device-binding probe that runs in a fresh process."""
+"""What the conformance checks share: drawing a case's inputs, calling each side under one seed,
+comparing outputs as the target's contract says (its real part, its tolerance per part, its
+outputs' lifetime), telling graph memory from ordinary memory, and the device-binding probe
+that runs in a fresh process."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import multiprocessing
 import os
 import sys
 import traceback
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pytest
 import torch
 
 from pytest_cudagraph.conformance.target import (
-    BIT_IDENTICAL,
+    OWNED,
     CudaGraphTarget,
     Inputs,
+    Part,
     Tolerance,
     build_target,
     missing_field_reason,
 )
-from pytest_cudagraph.engines import devices, trees
+from pytest_cudagraph.engines import devices, rng, trees
 from pytest_cudagraph.engines.faults import FaultInjector
 from pytest_cudagraph.engines.parity import compare_outputs
 
@@ -69,12 +74,130 @@ def case_in_key(target: CudaGraphTarget, key_index: int, repeat: int) -> int:
     return key_index + repeat * target.num_keys
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's work (nothing to wait for on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def stream_kept(device: torch.device) -> contextlib.AbstractContextManager[object]:
+    """This thread's current stream on ``device`` as it was, after the block: a capture that
+    fails inside ``torch.cuda.graph`` leaves its capture stream current."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    return torch.cuda.stream(torch.cuda.current_stream(device))
+
+
+# Calling each side: one seed for both, every output read while it is valid.
+
+
+def eager_call(target: CudaGraphTarget, inputs: Inputs, seed: int) -> Any:
+    """The eager side on ``inputs`` with torch's generators seeded with ``seed``, copied: an
+    eager output that is a view of state the graphed side writes must not change with it."""
+    with rng.seeded(target.device, seed):
+        return trees.cloned(target.eager(inputs))
+
+
+def graphed_call(target: CudaGraphTarget, inputs: Inputs, seed: int) -> Any:
+    """The graphed side on ``inputs`` under ``seed``, as an output the caller may keep: copied
+    right away unless the target's outputs are owned."""
+    with rng.seeded(target.device, seed):
+        return kept(target, target.graphed(inputs))
+
+
+def kept(target: CudaGraphTarget, output: Any) -> Any:
+    """``output`` as something to keep past the next call: itself when outputs are owned, else
+    a copy taken now, before a later call may overwrite it."""
+    return output if target.output_lifetime == OWNED else trees.cloned(output)
+
+
+def draws_random_numbers(target: CudaGraphTarget, inputs: Inputs) -> bool:
+    """Whether the eager answer on ``inputs`` changes with the seed (code that samples):
+    then calls can only be compared with eager one at a time, each under its seed."""
+    return bool(compare_outputs(eager_call(target, inputs, 0), eager_call(target, inputs, 1)))
+
+
+# Comparing, as the target's contract says.
+
+
+def parts_of(output: object) -> dict[Part, object] | None:
+    """An output's parts (a dict's entries, a tuple's or list's items); None for one tensor."""
+    if isinstance(output, Mapping):
+        return dict(output)
+    if isinstance(output, (list, tuple)):
+        return dict(enumerate(output))
+    return None
+
+
+def real(target: CudaGraphTarget, inputs: Inputs, output: object) -> object:
+    """The real part of ``output`` (``real_part``): each tensor indexed by its part's index;
+    the output itself when the target pads nothing."""
+    if target.real_part is None:
+        return output
+    index = target.real_part(inputs)
+    if not isinstance(index, Mapping):
+        return _indexed(output, index)
+    parts = parts_of(output)
+    if parts is None:
+        raise TypeError(
+            f"real_part gives an index per part ({sorted(map(repr, index))}) but the output is "
+            f"a {type(output).__name__}, which has no parts"
+        )
+    chosen = {
+        part: _indexed(value, index[part]) if part in index else value
+        for part, value in parts.items()
+    }
+    return chosen if isinstance(output, Mapping) else _like(output, chosen.values())
+
+
+def _indexed(value: object, index: object) -> object:
+    if isinstance(value, torch.Tensor):
+        return value[index]
+    if isinstance(value, Mapping):
+        return {key: _indexed(item, index) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return _like(value, (_indexed(item, index) for item in value))
+    return value
+
+
+def _like(sequence: object, items: Iterable[object]) -> tuple[object, ...] | list[object]:
+    """``items`` as a tuple where ``sequence`` is one (a named tuple too), else as a list."""
+    return tuple(items) if isinstance(sequence, tuple) else list(items)
+
+
 def differences(
-    expected: object, actual: object, tolerance: Tolerance = BIT_IDENTICAL
+    target: CudaGraphTarget, inputs: Inputs, expected: object, actual: object
 ) -> list[str]:
-    """Each difference between two outputs beyond ``tolerance`` (default: any bit), described."""
-    found = compare_outputs(expected, actual, atol=tolerance.atol, rtol=tolerance.rtol)
+    """Each difference between the eager and the graphed output of ``inputs`` beyond the
+    target's tolerance, over their real part, described."""
+    expected, actual = real(target, inputs, expected), real(target, inputs, actual)
+    if isinstance(target.tolerance, Tolerance):
+        return tolerated(expected, actual, target.tolerance)
+    want, got = parts_of(expected), parts_of(actual)
+    if want is None or got is None or want.keys() != got.keys():
+        return tolerated(expected, actual, target.tolerance_of(None))  # names the mismatch
+    found = []
+    for part in want:
+        tolerance = target.tolerance_of(part)
+        found += tolerated(want[part], got[part], tolerance, path=f"output[{part!r}]")
+    return found
+
+
+def tolerated(
+    expected: object, actual: object, tolerance: Tolerance, path: str = "output"
+) -> list[str]:
+    """Each difference between two values beyond ``tolerance``, described."""
+    found = compare_outputs(expected, actual, atol=tolerance.atol, rtol=tolerance.rtol, path=path)
     return [mismatch.describe() for mismatch in found]
+
+
+def judged(target: CudaGraphTarget, make: Callable[[], Inputs], seed: int) -> list[str]:
+    """Eager, then graphed, each on inputs of its own from ``make()`` (fresh, identical), under
+    one seed: their differences."""
+    inputs = make()
+    expected = eager_call(target, inputs, seed)
+    actual = graphed_call(target, make(), seed)
+    return differences(target, inputs, expected, actual)
 
 
 def tensors_in(value: object) -> list[torch.Tensor]:
@@ -88,7 +211,9 @@ def input_tensor_names(inputs: Inputs) -> list[str]:
 
 def graph_pool_of(tensor: torch.Tensor) -> tuple[int, int] | None:
     """The private (graph) memory pool holding ``tensor``'s storage; None when the storage
-    lies in the allocator's default pool or outside the allocator."""
+    lies in the allocator's default pool, outside the allocator or off CUDA."""
+    if tensor.device.type != "cuda":
+        return None
     address = tensor.untyped_storage().data_ptr()
     for segment in torch.cuda.memory_snapshot():
         if segment.get("device") != tensor.device.index:
@@ -148,10 +273,9 @@ def binding_probe(spec: str | None, cases: Sequence[int]) -> dict[str, Any]:
     keys: set[Hashable] = set()
     for case in cases:
         for attempt, seed in (("capture", 0), ("replay", 1)):
-            inputs = draw(target, case, seed)
-            keys.add(target.key_of(inputs))
+            keys.add(target.key_of(draw(target, case, seed)))
             try:
-                found = differences(target.eager(inputs), target.graphed(inputs), target.tolerance)
+                found = judged(target, functools.partial(draw, target, case, seed), seed)
             except Exception as error:  # report it with what NVML saw, not instead of it
                 found = [f"{type(error).__name__}: {error}"]
             problems += [f"case {case} ({attempt}): {difference}" for difference in found]

@@ -1,4 +1,4 @@
-"""The conformance suite's view of a CUDA-graph cache: a small adapter a user writes once.
+"""The conformance suite's view of CUDA-graph code: a small adapter a user writes once.
 
 A target is built by a factory, chosen by ``--cudagraph-target`` (env PYTEST_CUDAGRAPH_TARGET,
 ini ``cudagraph_target``) as either an installed name (entry-point group
@@ -8,18 +8,19 @@ ini ``cudagraph_target``) as either an installed name (entry-point group
 
 The factory is called once per test session with the torch.device the process is bound to (the
 CPU when CUDA is missing, so that the checks that need no GPU still run) and returns a
-``CudaGraphTarget``: a small core (device, eager, graphed, make_inputs, key_of, num_keys) and
-optional capabilities; a check whose capability is missing skips, naming it.
+``CudaGraphTarget``: a small core (device, eager, graphed, make_inputs, key_of, num_keys), the
+contract the code keeps (tolerance, real part, output lifetime, threads, refusals) and optional
+capabilities; a check whose capability is missing skips, naming it.
 
 Cases. ``make_inputs(generator, case)`` maps an int ``case`` to one call's inputs: a dict of
 name -> value (tensors, and plain values such as a row count). The case fixes the graph key:
-case ``c`` lands in key number ``c % num_keys``, so cases ``k, k + num_keys, ...`` share a key.
-Everything else (shapes inside the key's bucket, values) comes from the generator. Two draws of
-one case must be interchangeable input by input: the no-baked-inputs check swaps one tensor at
-a time between them.
+case ``c`` lands in key number ``c % num_keys``, so cases ``k, k + num_keys, ...`` share a key,
+and it fixes the shapes (a real batch inside its bucket may vary from one case of a key to the
+next). The generator gives the values. Two draws of one case must be interchangeable input by
+input: the no-baked-inputs check swaps one tensor at a time between them.
 
-This module imports torch only when a target is built, so that the plugin costs nothing when
-the suite does not run.
+This module imports torch only when a target is built or validated, so that the plugin costs
+nothing when the suite does not run.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import math
+import re
 import sys
 import traceback
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -43,10 +46,31 @@ ENTRY_POINT_GROUP = "pytest_cudagraph.targets"
 # Where the suite's checks live: a session that collected one of them runs the suite.
 CHECKS_FOLDER = Path(__file__).parent
 
-# The stages a fault is injected into by the lock-safety check; a target may name more.
+# The stages a fault is injected into by the lock-safety check when the target names its own
+# fault points; a target may name more.
 FAULT_STAGES = ("warm_up", "capture", "replay")
 
+# How long a graphed output stays valid (``CudaGraphTarget.output_lifetime``).
+OWNED = "owned"  # the caller's for good: no later call changes it
+NEXT_CALL_OF_KEY = "next call of its key"  # a static buffer per key (make_graphed_callables)
+NEXT_CALL = "next call"  # one buffer for every key (a shared pool, cudagraph trees)
+OUTPUT_LIFETIMES = (OWNED, NEXT_CALL_OF_KEY, NEXT_CALL)
+
+# How the graphed path may be called from threads (``CudaGraphTarget.threads``).
+CONCURRENT = "concurrent"  # from several threads at once
+SERIAL = "serial"  # from any thread, one call at a time (the caller serializes)
+SINGLE = "single"  # from one thread only
+THREAD_MODELS = (CONCURRENT, SERIAL, SINGLE)
+
+# What refuses an unsupported mode unless the target says otherwise.
+USAGE_ERRORS: tuple[type[Exception], ...] = (ValueError, TypeError, RuntimeError)
+
 Inputs = dict[str, Any]
+# One entry of an output: a dict's key or a tuple's or list's index.
+Part = Hashable
+# What ``real_part`` gives: an index of a tensor (a slice, an int, a tuple of them) for every
+# tensor of the output, or such an index per part.
+RealIndex = Any
 
 
 class LockLike(Protocol):
@@ -68,8 +92,10 @@ class Tolerance:
     def __post_init__(self) -> None:
         for name in ("atol", "rtol"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"Tolerance.{name} must be a number >= 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"Tolerance.{name} must be a number, got {value!r}")
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"Tolerance.{name} must be a finite number >= 0, got {value!r}")
 
     def describe(self) -> str:
         if self.atol == 0 and self.rtol == 0:
@@ -82,19 +108,37 @@ BIT_IDENTICAL = Tolerance()
 
 @dataclass(kw_only=True)
 class CudaGraphTarget:
-    """What the conformance checks need to know about a graph cache and its eager twin.
+    """What the conformance checks need to know about CUDA-graph code and its eager twin.
 
     The core (required):
       device: where the graphs live (the device the factory was called with).
       eager(inputs) -> outputs: the reference computation.
       graphed(inputs) -> outputs: the graphed path; equal to eager within ``tolerance``.
-        Outputs are tensors, or tuples, lists and dicts of them.
+        Outputs are tensors, or containers of them (tuples, lists, dicts). None only where the
+        device is not CUDA and the graphed path cannot run there; the dry run then calls eager
+        alone.
       make_inputs(generator, case) -> inputs: see the module docstring.
       key_of(inputs) -> hashable: the graph key those inputs land in.
-      num_keys: how many keys the cases cycle through (at least 4; the memory check uses 40).
+      num_keys: how many keys the cases cycle through (at least 1: one graph is a target).
+
+    The contract the code keeps (each has a default; every check honours it):
+      tolerance: how close graphed must be to eager: one Tolerance for the whole output, or a
+        mapping part -> Tolerance (a part is a key of a dict output, an index of a tuple or
+        list output), parts not named bit-identical (default bit-identical).
+      real_part(inputs) -> index, or {part: index}: which part of each output is real when
+        the graph runs a padded bucket; the checks compare ``output[index]`` of both sides (an
+        index such as ``slice(0, rows)`` leaves a side already ``rows`` long as it is). None:
+        every element is real.
+      output_lifetime: how long a graphed output stays valid: ``owned`` (the caller's for
+        good), ``next call of its key`` (a static buffer per key) or ``next call`` (one buffer
+        for every key). The checks read an output before the call that may overwrite it, and
+        the owned-outputs check checks what is declared.
+      threads: ``concurrent`` (several threads at once), ``serial`` (any thread, one call at a
+        time) or ``single`` (one thread): what the concurrency check holds it to.
+      refusal_errors: the exception classes that refuse an unsupported mode (default
+        ValueError, TypeError, RuntimeError; add AssertionError for guards written as asserts).
 
     Capabilities (optional; None: the checks that need one skip, naming it):
-      tolerance: how close graphed must be to eager (default bit-identical; shown in the table).
       reset(): drop every graph and buffer, in place (the objects named below stay valid);
         called before each check.
       reset_state(): for a stateful target, one whose graphed path keeps state between calls (a
@@ -105,14 +149,15 @@ class CudaGraphTarget:
       lock: the cache's lock (see LockLike).
       cached_keys() -> the keys now cached, to prove that a failed call left no entry.
       fault_points: stage -> (object, method name) for at least warm_up, capture and replay;
-        the check makes that method raise on its next call.
-      capacity: how many graphs the cache keeps.
+        the check makes that method raise on its next call. Without them the lock-safety check
+        injects its faults at torch's own graph API.
+      capacity: how many graphs the code keeps at most.
       largest_case: a case landing in the key whose graph takes the most memory.
       capture_clean_forward(): one eager forward of the largest key on the device. It is called
         once before the checked call, so first-use setup (drawing its inputs) is not judged.
       sampler(seed, graphs) -> tokens: sampling under ``seed`` with graphs on or off.
-      unsupported_modes: name -> (zero-arg callable, regex): the call must raise a
-        ValueError, TypeError or RuntimeError whose message matches the regex.
+      unsupported_modes: name -> (zero-arg callable, regex): the call must raise one of
+        ``refusal_errors`` whose message matches the regex.
       graph_skips() -> reasons: every time the graphed path ran without its graph so far (a
         skipped capture, a re-recording past the limit), one reason each.
       run_workers(workers_per_gpu, graphs) -> (results, eager answers): runs jobs through
@@ -123,11 +168,15 @@ class CudaGraphTarget:
 
     device: torch.device
     eager: Callable[[Inputs], Any]
-    graphed: Callable[[Inputs], Any]
+    graphed: Callable[[Inputs], Any] | None
     make_inputs: Callable[[torch.Generator, int], Inputs]
     key_of: Callable[[Inputs], Hashable]
     num_keys: int
-    tolerance: Tolerance = BIT_IDENTICAL
+    tolerance: Tolerance | Mapping[Part, Tolerance] = BIT_IDENTICAL
+    real_part: Callable[[Inputs], RealIndex | Mapping[Part, RealIndex]] | None = None
+    output_lifetime: str = OWNED
+    threads: str = CONCURRENT
+    refusal_errors: tuple[type[BaseException], ...] = USAGE_ERRORS
     reset: Callable[[], None] | None = None
     reset_state: Callable[[], None] | None = None
     lock: LockLike | None = None
@@ -141,6 +190,18 @@ class CudaGraphTarget:
     graph_skips: Callable[[], Sequence[str]] | None = None
     run_workers: Callable[[int, bool], tuple[Sequence[Any], Sequence[Any]]] | None = None
 
+    def tolerance_of(self, part: Part | None) -> Tolerance:
+        """The tolerance of one part of the output (None: the whole output)."""
+        if isinstance(self.tolerance, Tolerance):
+            return self.tolerance
+        return self.tolerance.get(part, BIT_IDENTICAL) if part is not None else BIT_IDENTICAL
+
+    def describe_tolerance(self) -> str:
+        if isinstance(self.tolerance, Tolerance):
+            return self.tolerance.describe()
+        named = [f"{part!r} {tolerance.describe()}" for part, tolerance in self.tolerance.items()]
+        return "; ".join([*named, "other parts bit-identical"])
+
 
 REQUIRED_FIELDS = tuple(f.name for f in fields(CudaGraphTarget) if f.default is MISSING)
 CALLABLE_FIELDS = (
@@ -148,6 +209,7 @@ CALLABLE_FIELDS = (
     "graphed",
     "make_inputs",
     "key_of",
+    "real_part",
     "reset",
     "reset_state",
     "cached_keys",
@@ -321,7 +383,9 @@ def build_target(spec: str | None, device: torch.device) -> CudaGraphTarget:
 
 
 def validate_target(spec: str, target: object, device: torch.device) -> None:
-    """Every core field present and well-formed; capabilities well-formed when given."""
+    """Every core field present and well-formed; the contract and the capabilities well-formed
+    when given. Case 0 is drawn and keyed once, so that a ``make_inputs`` or ``key_of`` that
+    fails every call is named here, before any check."""
     import torch
 
     if not isinstance(target, CudaGraphTarget):
@@ -330,7 +394,9 @@ def validate_target(spec: str, target: object, device: torch.device) -> None:
             f"the factory returned {type(target).__name__}; expected a "
             "pytest_cudagraph.conformance.target.CudaGraphTarget",
         )
-    missing = [name for name in REQUIRED_FIELDS if getattr(target, name) is None]
+    # Only away from CUDA may the graphed path be left out.
+    required = [name for name in REQUIRED_FIELDS if name != "graphed" or device.type == "cuda"]
+    missing = [name for name in required if getattr(target, name) is None]
     if missing:
         raise TargetError(spec, f"core field(s) missing: {', '.join(missing)}")
     if not isinstance(target.device, torch.device) or target.device != device:
@@ -339,13 +405,11 @@ def validate_target(spec: str, target: object, device: torch.device) -> None:
         value = getattr(target, name)
         if value is not None and not callable(value):
             raise TargetError(spec, f"{name} must be callable, got {type(value).__name__}")
-    _check_int(spec, "num_keys", target.num_keys, low=4)
-    if not isinstance(target.tolerance, Tolerance):
-        raise TargetError(
-            spec,
-            f"tolerance must be a pytest_cudagraph.conformance.target.Tolerance, got "
-            f"{type(target.tolerance).__name__}",
-        )
+    _check_int(spec, "num_keys", target.num_keys, low=1)
+    _check_tolerance(spec, target.tolerance)
+    _check_choice(spec, "output_lifetime", target.output_lifetime, OUTPUT_LIFETIMES)
+    _check_choice(spec, "threads", target.threads, THREAD_MODELS)
+    _check_refusal_errors(spec, target.refusal_errors)
     if target.capacity is not None:
         _check_int(spec, "capacity", target.capacity, low=1)
     if target.largest_case is not None:
@@ -359,11 +423,49 @@ def validate_target(spec: str, target: object, device: torch.device) -> None:
         _check_fault_points(spec, target.fault_points)
     if target.unsupported_modes is not None:
         _check_unsupported_modes(spec, target.unsupported_modes)
+    _check_first_case(spec, target)
 
 
 def _check_int(spec: str, name: str, value: object, *, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise TargetError(spec, f"{name} must be an int >= {low}, got {value!r}")
+
+
+def _check_choice(spec: str, name: str, value: object, choices: Sequence[str]) -> None:
+    if value not in choices:
+        listed = ", ".join(repr(choice) for choice in choices)
+        raise TargetError(spec, f"{name} must be one of {listed}, got {value!r}")
+
+
+def _check_tolerance(spec: str, tolerance: object) -> None:
+    expected = "a pytest_cudagraph.conformance.target.Tolerance"
+    if isinstance(tolerance, Tolerance):
+        return
+    if not isinstance(tolerance, Mapping):
+        raise TargetError(
+            spec,
+            f"tolerance must be {expected} or a mapping output part -> Tolerance, got "
+            f"{type(tolerance).__name__}",
+        )
+    if not tolerance:
+        raise TargetError(spec, "tolerance must name at least one output part when a mapping")
+    for part, value in tolerance.items():
+        if not isinstance(value, Tolerance):
+            raise TargetError(
+                spec, f"tolerance[{part!r}] must be {expected}, got {type(value).__name__}"
+            )
+
+
+def _check_refusal_errors(spec: str, errors: object) -> None:
+    well_formed = (
+        isinstance(errors, tuple)
+        and bool(errors)
+        and all(isinstance(error, type) and issubclass(error, Exception) for error in errors)
+    )
+    if not well_formed:
+        raise TargetError(
+            spec, f"refusal_errors must be a non-empty tuple of exception classes, got {errors!r}"
+        )
 
 
 def _check_fault_points(spec: str, points: object) -> None:
@@ -401,6 +503,43 @@ def _check_unsupported_modes(spec: str, modes: object) -> None:
                 spec,
                 f"unsupported_modes[{name!r}] must be (zero-arg callable, regex), got {mode!r}",
             )
+        try:
+            re.compile(mode[1])
+        except re.error as error:
+            raise TargetError(
+                spec, f"unsupported_modes[{name!r}]: {mode[1]!r} is not a regex ({error})"
+            ) from None
+
+
+def _check_first_case(spec: str, target: CudaGraphTarget) -> None:
+    """Draw case 0 and key it: inputs must be a dict keyed by name, the key hashable."""
+    import torch
+
+    generator = torch.Generator(target.device).manual_seed(0)
+    try:
+        inputs = target.make_inputs(generator, 0)
+    except Exception as error:
+        raise TargetError(spec, f"make_inputs(generator, 0) raised {_described(error)}") from None
+    if not isinstance(inputs, dict) or not all(isinstance(name, str) for name in inputs):
+        raise TargetError(
+            spec,
+            f"make_inputs(generator, 0) returned {type(inputs).__name__}; it must return a dict "
+            "of input name -> value",
+        )
+    try:
+        key = target.key_of(inputs)
+    except Exception as error:
+        raise TargetError(spec, f"key_of(case 0's inputs) raised {_described(error)}") from None
+    try:
+        hash(key)
+    except TypeError:
+        raise TargetError(
+            spec, f"key_of(case 0's inputs) returned an unhashable {type(key).__name__}: {key!r}"
+        ) from None
+
+
+def _described(error: BaseException) -> str:
+    return f"{type(error).__name__}: {_first_line(error)}"
 
 
 def missing_field_reason(target: CudaGraphTarget, *names: str) -> str | None:

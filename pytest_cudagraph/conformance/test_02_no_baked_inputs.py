@@ -4,38 +4,52 @@ baked the encoder memory) keeps answering for the old value."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from pytest_cudagraph.conformance.support import differences, draw, input_tensor_names
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.suite import FigureRecorder
+from pytest_cudagraph.conformance.support import (
+    differences,
+    draw,
+    eager_call,
+    graphed_call,
+    input_tensor_names,
+)
+from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
 from pytest_cudagraph.engines.parity import compare_outputs
 from pytest_cudagraph.skips import needs_cuda
 
 CASE = 1
 OTHER_DRAWS = 4  # draws to take a changed input from, until one changes the eager answer
+SEED = 0  # torch's generators, for both sides of every call
 
 
 @needs_cuda
-def test_no_baked_inputs(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
-    base = draw(target, CASE, seed=0)
-    key = target.key_of(base)
-    base_answer = target.eager(base)
+def test_no_baked_inputs(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
+    case = CASE % target.num_keys
+
+    def base() -> Inputs:
+        return draw(target, case, seed=0)
+
+    def changed(name: str, seed: int) -> Inputs:
+        return {**base(), name: draw(target, case, seed)[name]}
+
+    key = target.key_of(base())
+    base_answer = eager_call(target, base(), SEED)
     problems = [
-        f"first call: {d}" for d in differences(base_answer, target.graphed(base), target.tolerance)
+        f"first call: {d}"
+        for d in differences(target, base(), base_answer, graphed_call(target, base(), SEED))
     ]
     varied = []
-    for name in input_tensor_names(base):
+    for name in input_tensor_names(base()):
         for seed in range(1, OTHER_DRAWS + 1):
-            changed = {**base, name: draw(target, CASE, seed)[name]}
-            assert target.key_of(changed) == key, (
+            assert target.key_of(changed(name, seed)) == key, (
                 f"changing {name!r} moved the call off key {key!r}"
             )
-            expected = target.eager(changed)
+            expected = eager_call(target, changed(name, seed), SEED)
             if not compare_outputs(base_answer, expected):
                 continue  # this draw's value happens not to matter; take another
+            actual = graphed_call(target, changed(name, seed), SEED)
             problems += [
                 f"{name} changed: {d}"
-                for d in differences(expected, target.graphed(changed), target.tolerance)
+                for d in differences(target, changed(name, seed), expected, actual)
             ]
             varied.append(name)
             break

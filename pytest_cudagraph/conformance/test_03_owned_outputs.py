@@ -1,39 +1,79 @@
-"""Owned outputs: an output kept while the same graph replays for other inputs does not
-change, and its storage is not graph memory (the static output buffer is rewritten by every
-replay)."""
+"""Owned outputs: a graphed output stays what it was for as long as the target says it does
+(``output_lifetime``), and no longer is asked of it.
+
+- every lifetime: eager calls on other inputs leave a kept output unchanged (the output is
+  valid once the call returns, and the eager side does not reach the graphed side's buffers);
+- ``next call of its key``: so do graphed calls of other keys (where there are others);
+- ``owned``: so do later replays of its own key, and its storage is neither graph memory nor
+  shared with a later output (a static output buffer is rewritten by every replay)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import torch
-
-from pytest_cudagraph.conformance.support import differences, draw, graph_pool_of, tensors_in
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.suite import FigureRecorder
+from pytest_cudagraph.conformance.support import (
+    case_in_key,
+    differences,
+    draw,
+    eager_call,
+    graph_pool_of,
+    synchronize,
+    tensors_in,
+    tolerated,
+)
+from pytest_cudagraph.conformance.target import (
+    BIT_IDENTICAL,
+    NEXT_CALL_OF_KEY,
+    OWNED,
+    CudaGraphTarget,
+)
+from pytest_cudagraph.engines import rng
 from pytest_cudagraph.skips import needs_cuda
 
 CASE = 1
-LATER_REPLAYS = 4
+LATER_CALLS = 4
+SEED = 0
 
 
 @needs_cuda
-def test_owned_outputs(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
-    first = draw(target, CASE, seed=0)
-    kept = target.graphed(first)
+def test_owned_outputs(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
+    lifetime = target.output_lifetime
+    key_index = CASE % target.num_keys
+    other_keys = lifetime == NEXT_CALL_OF_KEY and target.num_keys > 1
+    first = draw(target, key_index, seed=0)
+    expected = eager_call(target, draw(target, key_index, seed=0), SEED)
+    with rng.seeded(target.device, SEED):
+        kept = target.graphed(first)  # as it is: the lifetime is what this check judges
     snapshot = [tensor.clone() for tensor in tensors_in(kept)]
     problems = [
-        f"first call differs from eager: {d}"
-        for d in differences(target.eager(first), kept, target.tolerance)
+        f"first call differs from eager: {d}" for d in differences(target, first, expected, kept)
     ]
-    later = [target.graphed(draw(target, CASE, seed)) for seed in range(1, LATER_REPLAYS + 1)]
-    torch.cuda.synchronize(target.device)
-    problems += [f"kept output changed: {d}" for d in differences(snapshot, tensors_in(kept))]
-    later_storages = {t.untyped_storage().data_ptr() for out in later for t in tensors_in(out)}
-    for index, tensor in enumerate(tensors_in(kept)):
-        pool = graph_pool_of(tensor)
-        if pool is not None:
-            problems.append(f"output tensor {index} lives in graph memory pool {pool}")
-        if tensor.untyped_storage().data_ptr() in later_storages:
-            problems.append(f"output tensor {index} shares storage with a later call's output")
-    record_figure(f"output kept over {LATER_REPLAYS} replays of key {target.key_of(first)!r}")
+    later: list[object] = []
+    for repeat in range(1, LATER_CALLS + 1):
+        eager_call(target, draw(target, case_in_key(target, key_index, repeat), seed=repeat), SEED)
+        if other_keys:
+            other = case_in_key(target, (key_index + repeat) % target.num_keys, repeat)
+            if other % target.num_keys == key_index:
+                other = case_in_key(target, (key_index + 1) % target.num_keys, repeat)
+            later.append(target.graphed(draw(target, other, seed=repeat)))
+        elif lifetime == OWNED:
+            later.append(target.graphed(draw(target, key_index, seed=repeat)))
+    synchronize(target.device)
+    problems += [
+        f"kept output changed: {d}" for d in tolerated(snapshot, tensors_in(kept), BIT_IDENTICAL)
+    ]
+    if lifetime == OWNED:
+        later_storages = {t.untyped_storage().data_ptr() for out in later for t in tensors_in(out)}
+        for index, tensor in enumerate(tensors_in(kept)):
+            pool = graph_pool_of(tensor)
+            if pool is not None:
+                problems.append(f"output tensor {index} lives in graph memory pool {pool}")
+            if tensor.untyped_storage().data_ptr() in later_storages:
+                problems.append(f"output tensor {index} shares storage with a later call's output")
+    if lifetime == OWNED:
+        between = f"{LATER_CALLS} replays of its key and {LATER_CALLS} eager calls"
+    elif other_keys:
+        between = f"{LATER_CALLS} graphed calls of other keys and {LATER_CALLS} eager calls"
+    else:  # valid until the next call, or the next of its key where it is the only key
+        between = f"{LATER_CALLS} eager calls"
+    record_figure(f"outputs {lifetime}: kept over {between} (key {target.key_of(first)!r})")
     assert not problems, "\n".join(problems)

@@ -3,10 +3,9 @@ for seed (``sampler(seed, graphs)``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.conformance.support import skip_without
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.parity import compare_outputs
@@ -16,7 +15,7 @@ SEEDS = (0, 1)
 
 
 @needs_cuda
-def test_identical_sampling(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+def test_identical_sampling(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     skip_without(target, "sampler")
     off = {seed: target.sampler(seed, False) for seed in SEEDS}
     on = {seed: target.sampler(seed, True) for seed in SEEDS}

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.conformance.support import skip_without
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.skips import needs_cuda
@@ -24,7 +25,7 @@ def forward(target: CudaGraphTarget) -> Callable[[], object]:
 @needs_cuda
 @pytest.mark.no_host_sync
 def test_capture_clean_forward(
-    forward: Callable[[], object], record_figure: Callable[[str], None]
+    forward: Callable[[], object], record_figure: FigureRecorder
 ) -> None:
     forward()
     record_figure("one eager forward at the largest key, in sync debug mode 'error'")

@@ -5,12 +5,10 @@ It runs in a fresh spawned process, the only place where cuda:0 can be current a
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 import torch
 
-from pytest_cudagraph.conformance.suite import chosen_target_spec
+from pytest_cudagraph.conformance.suite import FigureRecorder, chosen_target_spec
 from pytest_cudagraph.conformance.support import binding_probe, run_in_fresh_process
 from pytest_cudagraph.engines.units import MiB
 from pytest_cudagraph.skips import needs_cuda
@@ -25,9 +23,7 @@ TIMEOUT_S = 300
     "check without -n)",
 )
 @needs_cuda  # evaluated first: on a host without CUDA, that is the reason
-def test_device_binding(
-    request: pytest.FixtureRequest, record_figure: Callable[[str], None]
-) -> None:
+def test_device_binding(request: pytest.FixtureRequest, record_figure: FigureRecorder) -> None:
     spec = chosen_target_spec(request.config)
     found = run_in_fresh_process(binding_probe, spec, CASES, timeout=TIMEOUT_S)
     problems = list(found["problems"])

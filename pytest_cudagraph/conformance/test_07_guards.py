@@ -1,30 +1,35 @@
-"""Guards: every unsupported mode the target names is refused with a clear error: a
-ValueError, TypeError or RuntimeError whose message says what is unmet. Runs on the CPU too."""
+"""Guards: every unsupported mode the target names is refused with a clear error: one of the
+target's ``refusal_errors`` (ValueError, TypeError or RuntimeError unless it says otherwise, e.g.
+AssertionError for guards written as asserts) whose message says what is unmet. Runs on the CPU
+too."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.conformance.support import skip_without
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 
-CLEAR_ERRORS = (ValueError, TypeError, RuntimeError)
 
-
-def test_guards(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+def test_guards(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     skip_without(target, "unsupported_modes")
+    refusals = target.refusal_errors
     problems = []
     for name, (call, pattern) in target.unsupported_modes.items():
         try:
             call()
-        except CLEAR_ERRORS as error:
+        except refusals as error:
             if not re.search(pattern, str(error)):
                 problems.append(
                     f"{name}: {type(error).__name__}({str(error)!r}) does not say {pattern!r}"
                 )
         except Exception as error:
-            problems.append(f"{name}: {type(error).__name__}({str(error)!r}) is not a usage error")
+            declared = ", ".join(error.__name__ for error in refusals)
+            problems.append(
+                f"{name}: {type(error).__name__}({str(error)!r}) is not one of the target's "
+                f"refusal_errors ({declared})"
+            )
         else:
             problems.append(f"{name}: accepted")
     modes = len(target.unsupported_modes)

@@ -1,67 +1,181 @@
-"""Lock safety: a fault injected at each stage (warm-up, capture, replay, and any other the
-target names) leaves the lock free and no half-built entry, and the next call is correct.
+"""Lock safety: a fault injected at each stage leaves the lock free (when the code has one) and
+no half-built entry (when it lists its keys), and the next call is correct.
 
-Build stages fail on a key not yet cached; the others on a cached key, with new inputs."""
+The stages are the target's own fault points (warm_up, capture, replay and any other it names)
+or, for code without them, torch's own graph API (capture_begin, capture_end, replay:
+pytest_cudagraph.engines.graph_faults), so that any code built on torch's graphs is checked.
+Each fault is armed and the graphed path called over a few keys until it fires: a build stage at
+the first capture (after ``reset()``; without one, at the first key not captured yet), any
+other stage at its first call once a key was called. A stage of torch's API that no call
+reaches is reported (code that captured every graph up front never captures again); one the
+target named that no call reaches fails."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
-from pytest_cudagraph.conformance.support import differences, draw, lock_was_held, skip_without
+import pytest
+
+from pytest_cudagraph.conformance.suite import FigureRecorder
+from pytest_cudagraph.conformance.support import (
+    case_in_key,
+    differences,
+    draw,
+    eager_call,
+    graphed_call,
+    lock_was_held,
+    stream_kept,
+)
 from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.engines import graph_faults
 from pytest_cudagraph.engines.faults import FaultInjector
+from pytest_cudagraph.engines.graph_faults import GraphFaults
 from pytest_cudagraph.skips import needs_cuda
 
-BUILD_STAGES = ("warm_up", "capture")
+BUILD_STAGES = ("warm_up", "capture", "capture_begin", "capture_end")
+KEYS = 4
+ROUNDS = 3  # compiled code records a key's graph on its second call and replays on the third
+SEED = 0
+
+# stage -> arm(exc): a context in which that stage raises ``exc`` once, giving "did it fire?"
+Arm = Callable[[BaseException], AbstractContextManager[Callable[[], bool]]]
 
 
 class InjectedFault(RuntimeError):
     pass
 
 
+@pytest.fixture
+def torch_graph_faults() -> GraphFaults:
+    """Fault points at torch.cuda.CUDAGraph's methods."""
+    return GraphFaults()
+
+
 @needs_cuda
 def test_lock_safety(
     target: CudaGraphTarget,
     fault_injector: FaultInjector,
-    record_figure: Callable[[str], None],
+    torch_graph_faults: GraphFaults,
+    record_figure: FigureRecorder,
 ) -> None:
-    skip_without(target, "fault_points", "lock", "reset")
-    problems = []
-    for case, (stage, (owner, method)) in enumerate(target.fault_points.items()):
-        target.reset()
-        if stage not in BUILD_STAGES:
-            target.graphed(draw(target, case, seed=0))
-        cached_before = set(target.cached_keys()) if target.cached_keys else set()
-        inputs = draw(target, case, seed=1)
-        fault = fault_injector.fail(owner, method, exc=InjectedFault(f"fault at {stage}"))
-        try:
-            returned = target.graphed(inputs)
-        except Exception:
-            returned = None
-        finally:
-            fault_injector.restore()
-        if not fault.raised:
-            problems.append(f"{stage}: {method} was never called, so no fault was injected")
-            continue
-        if lock_was_held(target):
-            problems.append(f"{stage}: the lock was still held after the fault (released to go on)")
-        if target.cached_keys is not None:
-            left = set(target.cached_keys()) - cached_before
-            if left:
-                problems.append(
-                    f"{stage}: the failed call left keys {sorted(map(repr, left))} cached"
-                )
-        expected = target.eager(inputs)
-        if returned is not None:  # the target recovered by itself; it must still be right
-            problems += [
-                f"{stage}: recovered call: {d}"
-                for d in differences(expected, returned, target.tolerance)
-            ]
-        problems += [
-            f"{stage}: next call: {d}"
-            for d in differences(expected, target.graphed(inputs), target.tolerance)
+    own = target.fault_points is not None
+    stages = declared_stages(target, fault_injector) if own else torch_stages(torch_graph_faults)
+    key_count = min(KEYS, target.num_keys)
+    problems: list[str] = []
+    unreached: list[str] = []
+    for index, (stage, arm) in enumerate(stages.items()):
+        if target.reset is not None:
+            target.reset()
+        cases = [
+            case_in_key(target, (index + j) % key_count, r)
+            for r in range(ROUNDS)
+            for j in range(key_count)
         ]
-    stages = ", ".join(target.fault_points)
-    checked = "lock, entries, next call" if target.cached_keys else "lock, next call"
-    record_figure(f"faults at {stages}: {checked} checked")
+        if stage not in BUILD_STAGES:
+            with stream_kept(target.device):
+                graphed_call(target, draw(target, cases[0], seed=0), SEED)
+        cached_before = set(target.cached_keys()) if target.cached_keys else set()
+        with arm(InjectedFault(f"fault at {stage}")) as fired:
+            for case in cases:
+                returned, error = faulted_call(target, case)
+                if fired() or error is not None:
+                    break
+        if not fired():
+            if error is not None:
+                problems.append(f"{stage}: a call raised before the fault: {error}")
+            elif own:
+                problems.append(
+                    f"{stage}: never called in {len(cases)} calls, so no fault was injected"
+                )
+            else:
+                unreached.append(stage)
+            continue
+        problems += [f"{stage}: {p}" for p in after_fault(target, case, returned, cached_before)]
+    if not own and len(unreached) == len(stages):
+        problems.append(
+            f"no call reached torch's graph API ({', '.join(stages)}) in "
+            f"{ROUNDS * key_count} calls: does the graphed path run CUDA graphs?"
+        )
+    named = "" if own else " (torch's graph API)"
+    checked = ", ".join(
+        what
+        for what, given in (
+            ("lock", target.lock),
+            ("entries", target.cached_keys),
+            ("next call", True),
+        )
+        if given is not None
+    )
+    missed = f"; not reached: {', '.join(unreached)}" if unreached else ""
+    record_figure(f"faults at {', '.join(stages)}{named}: {checked} checked{missed}")
     assert not problems, "\n".join(problems)
+
+
+def faulted_call(target: CudaGraphTarget, case: int) -> tuple[object | None, str | None]:
+    """The graphed call of ``case`` (its output, None if it raised the fault) and any other
+    error it raised."""
+    try:
+        with stream_kept(target.device):
+            return graphed_call(target, draw(target, case, seed=1), SEED), None
+    except InjectedFault:
+        return None, None
+    except Exception as error:
+        return None, f"{type(error).__name__}: {error}"
+
+
+def after_fault(
+    target: CudaGraphTarget, case: int, returned: object | None, cached_before: set[object]
+) -> list[str]:
+    """What a fault left behind: a held lock, a key left cached, a wrong answer then or next."""
+    problems = []
+    if lock_was_held(target):
+        problems.append("the lock was still held after the fault (released to go on)")
+    if target.cached_keys is not None:
+        left = set(target.cached_keys()) - cached_before
+        if left:
+            problems.append(f"the failed call left keys {sorted(map(repr, left))} cached")
+    inputs = draw(target, case, seed=1)
+    expected = eager_call(target, inputs, SEED)
+    if returned is not None:  # the code recovered by itself; it must still be right
+        problems += [
+            f"recovered call: {d}" for d in differences(target, inputs, expected, returned)
+        ]
+    try:
+        with stream_kept(target.device):
+            actual = graphed_call(target, draw(target, case, seed=1), SEED)
+    except Exception as error:
+        return [*problems, f"next call raised {type(error).__name__}: {error}"]
+    problems += [f"next call: {d}" for d in differences(target, inputs, expected, actual)]
+    return problems
+
+
+def declared_stages(target: CudaGraphTarget, injector: FaultInjector) -> dict[str, Arm]:
+    """The target's own fault points: (object, method name) made to raise."""
+
+    def arm_at(owner: object, method: str) -> Arm:
+        @contextmanager
+        def arm(exc: BaseException) -> Iterator[Callable[[], bool]]:
+            fault = injector.fail(owner, method, exc=exc)
+            try:
+                yield lambda: fault.raised
+            finally:
+                injector.restore()
+
+        return arm
+
+    return {stage: arm_at(owner, method) for stage, (owner, method) in target.fault_points.items()}
+
+
+def torch_stages(faults: GraphFaults) -> dict[str, Arm]:
+    """torch.cuda.CUDAGraph's capture_begin, capture_end and replay made to raise."""
+
+    def arm_at(stage: str) -> Arm:
+        @contextmanager
+        def arm(exc: BaseException) -> Iterator[Callable[[], bool]]:
+            with faults.inject(stage, exc) as fault:
+                yield lambda: fault.fired
+
+        return arm
+
+    return {stage: arm_at(stage) for stage in graph_faults.STAGES}

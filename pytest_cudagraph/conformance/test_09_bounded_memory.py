@@ -1,5 +1,6 @@
-"""Bounded memory: 24 distinct shapes through the cache keep this process's device memory
-(NVML) within a bound derived from the largest graph, and a reset gives back what they took.
+"""Bounded memory: 24 calls over the target's keys (cases 0..23, distinct keys where it has
+that many) keep this process's device memory (NVML) within a bound derived from the largest
+graph, and a reset gives back what they took.
 
 First-use costs (cuBLAS workspaces for each stream used, lazily loaded kernels, the eager
 model's first call) are paid by a warm-up before the baseline: one graphed call of the largest
@@ -10,6 +11,13 @@ shapes collect gc's young generations only, which can only read high, and one ov
 is taken again in full, so every verdict is what full readings would give. The
 graph_memory_bound marker also bounds the whole body, warm-up included, to 512 MiB after the
 reset.
+
+Memory over a long run, for code with or without a reset: rounds over up to 12 keys, warm-up
+rounds first (first use; compiled code records a graph on a key's second call), then more
+rounds of the same keys must not grow the process's memory past the slack (memory kept per call
+or per capture), and, where the keys outnumber ``capacity``, must capture again as a cache of
+that capacity has to (counted by CaptureCounter): one that recaptures less keeps more graphs
+than it says.
 """
 
 from __future__ import annotations
@@ -18,13 +26,18 @@ import pytest
 
 from pytest_cudagraph.conformance.progress import check_progress
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import draw, skip_without
+from pytest_cudagraph.conformance.support import case_in_key, draw, skip_without
 from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.engines.memory import DeviceMemoryProbe
 from pytest_cudagraph.engines.units import MiB
 from pytest_cudagraph.skips import needs_cuda
 
 SHAPES = 24  # eight times the reference cache's capacity: every graph is evicted many times over
+# The long run: keys enough to cycle four times the reference cache's capacity through it.
+LONG_RUN_KEYS = 12
+WARM_ROUNDS = 3
+JUDGED_ROUNDS = 2
 RESET_BOUND_MIB = 512
 # Allocator rounding and driver bookkeeping on top of the graphs themselves.
 SLACK_MIB = 256
@@ -40,8 +53,6 @@ def test_bounded_memory(
 ) -> None:
     progress = check_progress(request)
     skip_without(target, "capacity", "largest_case", "reset")
-    if target.num_keys < SHAPES:
-        pytest.skip(f"target.num_keys is {target.num_keys}; this check needs {SHAPES} keys")
     largest_inputs = draw(target, target.largest_case, seed=0)
     cold = device_memory.sample().process_bytes
     target.graphed(largest_inputs)
@@ -68,7 +79,7 @@ def test_bounded_memory(
     target.reset()
     after_reset = growth_within(SLACK_MIB * MiB)
     record_figure(
-        f"{SHAPES} shapes, capacity {target.capacity}: peak +{peak / MiB:.0f} MiB of bound "
+        f"{SHAPES} calls over {min(SHAPES, target.num_keys)} keys, capacity {target.capacity}: peak +{peak / MiB:.0f} MiB of bound "
         f"{bound / MiB:.0f} MiB (largest graph {largest / MiB:.0f} MiB); "
         f"after reset {after_reset / MiB:+.0f} MiB; first use {first_use / MiB:+.0f} MiB "
         "(warm-up, not judged)",
@@ -79,7 +90,7 @@ def test_bounded_memory(
         first_use_mib=first_use / MiB,
     )
     assert peak <= bound, (
-        f"memory grew to +{peak / MiB:.0f} MiB over {SHAPES} shapes, past the bound of "
+        f"memory grew to +{peak / MiB:.0f} MiB over {SHAPES} calls, past the bound of "
         f"{bound / MiB:.0f} MiB ((capacity {target.capacity} + 1) x the largest graph's "
         f"{largest / MiB:.0f} MiB + {SLACK_MIB} MiB): the cache does not stay bounded"
     )
@@ -88,3 +99,57 @@ def test_bounded_memory(
         f"the warm-up (allowed: {SLACK_MIB} MiB): the cache keeps memory per graph it built "
         "(graphs or pools not released, a new stream and its cuBLAS workspace per graph?)"
     )
+
+
+@pytest.fixture
+def capture_counter() -> CaptureCounter:
+    """Counts the captures of torch.cuda.CUDAGraph while entered."""
+    return CaptureCounter()
+
+
+@needs_cuda
+def test_memory_over_a_long_run(
+    target: CudaGraphTarget,
+    device_memory: DeviceMemoryProbe,
+    capture_counter: CaptureCounter,
+    record_figure: FigureRecorder,
+) -> None:
+    key_count = min(LONG_RUN_KEYS, target.num_keys)
+
+    def one_round(repeat: int) -> None:
+        for key_index in range(key_count):
+            case = case_in_key(target, key_index, repeat)
+            target.graphed(draw(target, case, seed=case))
+
+    cold = device_memory.sample().process_bytes
+    for repeat in range(WARM_ROUNDS):
+        one_round(repeat)
+    start = device_memory.sample().process_bytes
+    peak = 0
+    with capture_counter:
+        for repeat in range(WARM_ROUNDS, WARM_ROUNDS + JUDGED_ROUNDS):
+            one_round(repeat)
+            peak = max(
+                peak, device_memory.sample_within(start + SLACK_MIB * MiB).process_bytes - start
+            )
+    per_round = len(capture_counter.captures) / JUDGED_ROUNDS
+    capacity = target.capacity
+    figure = (
+        f"{JUDGED_ROUNDS} rounds over {key_count} keys after {WARM_ROUNDS} warm-up rounds "
+        f"(+{(start - cold) / MiB:.0f} MiB, not judged): peak {peak / MiB:+.0f} MiB of "
+        f"{SLACK_MIB} MiB; {per_round:g} captures per round"
+    )
+    record_figure(figure + (f", capacity {capacity}" if capacity is not None else ""))
+    problems = []
+    if peak > SLACK_MIB * MiB:
+        problems.append(
+            f"memory grew by {peak / MiB:.0f} MiB over {JUDGED_ROUNDS} more rounds of the same "
+            f"{key_count} keys (allowed: {SLACK_MIB} MiB): memory kept per call or per capture"
+        )
+    if capacity is not None and key_count > capacity and per_round < key_count - capacity:
+        problems.append(
+            f"cycling {key_count} keys through a cache of capacity {capacity} captured "
+            f"{per_round:g} graphs per round, fewer than the {key_count - capacity} a cache of "
+            "that capacity must: it keeps more graphs than it says"
+        )
+    assert not problems, "\n".join(problems)

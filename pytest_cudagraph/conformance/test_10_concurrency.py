@@ -1,16 +1,40 @@
 """Concurrency: 8 threads calling the graphed path on mixed shapes (more keys than the cache
 holds, so captures and evictions race with replays) all get the eager answer, within a time
 bound (no deadlock). Results are compared once every thread is done, so an output that another
-thread's replay overwrote is caught too."""
+thread's replay overwrote is caught too.
+
+What is asked follows the target's ``threads``: ``concurrent`` code is called from all threads
+at once, ``serial`` code from all threads one call at a time (state tied to the thread that
+captured shows), ``single`` code is not called from threads (the check skips, saying so). Calls
+are made one at a time too when the answers depend on torch's generators (eager under two
+seeds differs): they are process-wide, so only one call at a time can draw what eager drew
+under its seed; and when outputs are valid until the next call, which the check reads before
+any other call starts (until the next call of their key: one call at a time per key)."""
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
-from collections.abc import Callable
 
-from pytest_cudagraph.conformance.support import differences, draw
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+import pytest
+
+from pytest_cudagraph.conformance.suite import FigureRecorder
+from pytest_cudagraph.conformance.support import (
+    differences,
+    draw,
+    draws_random_numbers,
+    eager_call,
+    graphed_call,
+    kept,
+)
+from pytest_cudagraph.conformance.target import (
+    CONCURRENT,
+    NEXT_CALL,
+    NEXT_CALL_OF_KEY,
+    SINGLE,
+    CudaGraphTarget,
+)
 from pytest_cudagraph.skips import needs_cuda
 
 THREADS = 8
@@ -20,16 +44,43 @@ TIMEOUT_S = 120.0
 
 
 @needs_cuda
-def test_concurrency(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+def test_concurrency(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
+    if target.threads == SINGLE:
+        pytest.skip(
+            "the target is single-threaded (threads='single'): its graphed path is called from "
+            "one thread only"
+        )
     key_count = min(KEYS, target.num_keys)
     plans = [
-        [
-            draw(target, (thread + call) % key_count, seed=thread * CALLS_PER_THREAD + call)
-            for call in range(CALLS_PER_THREAD)
-        ]
+        [(thread + call) % key_count for call in range(CALLS_PER_THREAD)]
         for thread in range(THREADS)
     ]
-    expected = [[target.eager(inputs) for inputs in plan] for plan in plans]
+
+    def seed_of(thread: int, call: int) -> int:
+        return thread * CALLS_PER_THREAD + call
+
+    expected = [
+        [
+            eager_call(target, draw(target, case, seed_of(t, c)), seed_of(t, c))
+            for c, case in enumerate(plan)
+        ]
+        for t, plan in enumerate(plans)
+    ]
+    random = any(
+        draws_random_numbers(target, draw(target, case, seed=0)) for case in range(key_count)
+    )
+    why_serial = [
+        reason
+        for reason, applies in (
+            ("threads='serial'", target.threads != CONCURRENT),
+            ("its answers depend on torch's generators", random),
+            ("outputs valid until the next call", target.output_lifetime == NEXT_CALL),
+        )
+        if applies
+    ]
+    # Outputs valid until the next call of their key: calls of one key one at a time.
+    per_key = not why_serial and target.output_lifetime == NEXT_CALL_OF_KEY
+    locks = collections.defaultdict(threading.Lock)
     results: list[list[object]] = [[] for _ in range(THREADS)]
     errors: list[str] = []
     start_together = threading.Barrier(THREADS)
@@ -37,8 +88,17 @@ def test_concurrency(target: CudaGraphTarget, record_figure: Callable[[str], Non
     def run(thread: int) -> None:
         try:
             start_together.wait()
-            for inputs in plans[thread]:
-                results[thread].append(target.graphed(inputs))
+            for call, case in enumerate(plans[thread]):
+                inputs = draw(target, case, seed_of(thread, call))
+                if why_serial:  # seeded, read, and only then the next call
+                    with locks[None]:
+                        output = graphed_call(target, inputs, seed_of(thread, call))
+                elif per_key:  # read before the next call of its key
+                    with locks[case]:
+                        output = kept(target, target.graphed(inputs))
+                else:  # unseeded: nothing it computes depends on torch's generators
+                    output = target.graphed(inputs)
+                results[thread].append(output)
         except Exception as error:
             errors.append(f"thread {thread}: {type(error).__name__}: {error}")
 
@@ -52,17 +112,20 @@ def test_concurrency(target: CudaGraphTarget, record_figure: Callable[[str], Non
     stuck = [i for i, worker in enumerate(workers) if worker.is_alive()]
     assert not stuck, f"threads {stuck} still running after {TIMEOUT_S:g} s: deadlock?"
     problems = list(errors)
-    for thread in range(THREADS):
+    for thread, plan in enumerate(plans):
         # A thread that raised has fewer results; its error is listed already.
-        pairs = zip(expected[thread], results[thread], strict=False)
-        for call, (want, got) in enumerate(pairs):
+        for call, (want, got) in enumerate(zip(expected[thread], results[thread], strict=False)):
+            inputs = draw(target, plan[call], seed_of(thread, call))
             problems += [
-                f"thread {thread} call {call}: {d}"
-                for d in differences(want, got, target.tolerance)
+                f"thread {thread} call {call}: {d}" for d in differences(target, inputs, want, got)
             ]
     calls = THREADS * CALLS_PER_THREAD
+    how = f"one call at a time ({'; '.join(why_serial)})" if why_serial else "at once"
+    if per_key:
+        how += " (one at a time per key: outputs valid until the next call of their key)"
     record_figure(
-        f"{THREADS} threads x {CALLS_PER_THREAD} calls over {key_count} keys in {seconds:.1f} s"
+        f"{THREADS} threads x {CALLS_PER_THREAD} calls over {key_count} keys {how} in "
+        f"{seconds:.1f} s"
     )
     assert not problems, f"{len(problems)} of {calls} threaded results differ:\n" + "\n".join(
         problems[:10]

@@ -4,25 +4,25 @@ workers per GPU are refused before any process starts (that half runs on the CPU
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable
 
 import pytest
 
-from pytest_cudagraph.conformance.support import differences, skip_without
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.suite import FigureRecorder
+from pytest_cudagraph.conformance.support import skip_without, tolerated
+from pytest_cudagraph.conformance.target import BIT_IDENTICAL, CudaGraphTarget
 from pytest_cudagraph.skips import needs_cuda
 
 
 @needs_cuda
-def test_worker_processes(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+def test_worker_processes(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     skip_without(target, "run_workers")
     results, expected = target.run_workers(2, False)
-    problems = differences(list(expected), list(results))
+    problems = tolerated(list(expected), list(results), BIT_IDENTICAL)
     record_figure(f"2 workers on one GPU, graphs off: {len(results)} jobs")
     assert not problems, "worker results differ from eager:\n" + "\n".join(problems)
 
 
-def test_worker_refusal(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+def test_worker_refusal(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     skip_without(target, "run_workers")
     children = set(multiprocessing.active_children())
     with pytest.raises(ValueError) as refused:

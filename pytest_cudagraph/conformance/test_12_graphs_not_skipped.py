@@ -7,8 +7,7 @@ made counts, not only those of this check's rounds."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.conformance.support import case_in_key, draw, skip_without
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.skips import needs_cuda
@@ -18,7 +17,7 @@ ROUNDS = 3  # the first records each key's graph, the later ones must only repla
 
 
 @needs_cuda
-def test_graphs_not_skipped(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+def test_graphs_not_skipped(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     skip_without(target, "graph_skips")
     key_count = min(MAX_KEYS, target.num_keys)
     for repeat in range(ROUNDS):

@@ -1,14 +1,18 @@
 """Output storage: every graphed output owns its memory. Over rounds of calls on a few cached
 keys, no output tensor shares storage (views included) with the call's inputs, the eager
 output of those inputs, or any output kept from an earlier call. A graph that hands back its
-static output buffer, a view of it, or an input it wrote into is caught by name."""
+static output buffer, a view of it, or an input it wrote into is caught by name.
+
+Outputs the target says are valid only until the next call of their key (or of any key) may
+share storage with earlier outputs of that key (or of any key): that is their contract, which
+the owned-outputs check holds them to. Sharing with the call's inputs or eager output never
+is."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.conformance.support import case_in_key, draw
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.target import NEXT_CALL, NEXT_CALL_OF_KEY, CudaGraphTarget
 from pytest_cudagraph.engines.parity import storage_overlaps
 from pytest_cudagraph.skips import needs_cuda
 
@@ -17,29 +21,45 @@ ROUNDS = 3  # the first captures each key, the later ones replay it
 
 
 @needs_cuda
-def test_output_storage(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+def test_output_storage(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     # No more keys than the cache holds, so later rounds replay rather than capture afresh.
     key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
     # Every input and output stays alive to the end: memory freed by one call and handed to
     # the next would look shared when it is not.
-    kept: dict[str, object] = {}
+    kept: dict[str, tuple[object, object]] = {}  # description -> (key, value)
     problems = []
     for repeat in range(ROUNDS):
         for key_index in range(key_count):
             case = case_in_key(target, key_index, repeat)
             inputs = draw(target, case, seed=case)
-            name = f"call {repeat * key_count + key_index} (key {target.key_of(inputs)!r})"
-            expected = target.eager(inputs)
+            key = target.key_of(inputs)
+            name = f"call {repeat * key_count + key_index} (key {key!r})"
+            expected = target.eager(draw(target, case, seed=case))
             output = target.graphed(inputs)
-            others = {"its inputs": inputs, "its eager output": expected, **kept}
+            earlier = {
+                what: value
+                for what, (earlier_key, value) in kept.items()
+                if not may_share(target, key, earlier_key, what)
+            }
+            others = {"its inputs": inputs, "its eager output": expected, **earlier}
             problems += [
                 overlap.describe()
                 for overlap in storage_overlaps(output, others, path=f"{name}: output")
             ]
-            kept[f"{name}'s output"] = output
-            kept[f"{name}'s inputs"] = inputs
+            kept[f"{name}'s output"] = (key, output)
+            kept[f"{name}'s inputs"] = (key, inputs)
     calls = ROUNDS * key_count
     record_figure(f"{calls} calls over {key_count} keys: {len(problems)} shared storage(s)")
     assert not problems, "graphed outputs that do not own their memory:\n" + "\n".join(
         problems[:10]
     )
+
+
+def may_share(target: CudaGraphTarget, key: object, earlier_key: object, what: str) -> bool:
+    """Whether an output of ``key`` may share storage with ``what``, kept from a call of
+    ``earlier_key``: an earlier output, when the declared lifetime lets the next call overwrite it."""
+    if not what.endswith("'s output"):
+        return False
+    if target.output_lifetime == NEXT_CALL:
+        return True
+    return target.output_lifetime == NEXT_CALL_OF_KEY and key == earlier_key

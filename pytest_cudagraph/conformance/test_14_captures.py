@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import torch
 
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.conformance.support import case_in_key, draw, skip_without
 from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
 from pytest_cudagraph.engines.captures import CaptureCounter, replays_to_repay
@@ -25,7 +26,7 @@ TIMED_CALLS = 5
 
 
 @needs_cuda
-def test_captures(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+def test_captures(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     skip_without(target, "capacity")
     key_count = min(MAX_KEYS, target.num_keys, target.capacity)
     with CaptureCounter() as counter:

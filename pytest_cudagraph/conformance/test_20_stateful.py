@@ -11,43 +11,50 @@ lengths) must not let one call's state reach the next. A target says it keeps st
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 
-from pytest_cudagraph.conformance.support import case_in_key, differences, draw, skip_without
-from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
+from pytest_cudagraph.conformance.suite import FigureRecorder
+from pytest_cudagraph.conformance.support import (
+    case_in_key,
+    draw,
+    graphed_call,
+    judged,
+    skip_without,
+)
+from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.skips import needs_cuda
 
 KEYS = 4
 
 
-def judge(target: CudaGraphTarget, inputs: Inputs, when: str) -> list[str]:
-    """The graphed episode against eager, each difference described."""
-    expected = target.eager(inputs)
+def judge(target: CudaGraphTarget, case: int, seed: int, when: str) -> list[str]:
+    """The graphed episode of ``case`` against eager, both under ``seed``, each difference
+    described."""
+    key = target.key_of(draw(target, case, seed))
     return [
-        f"key {target.key_of(inputs)!r}, {when}: {difference}"
-        for difference in differences(expected, target.graphed(inputs), target.tolerance)
+        f"key {key!r}, {when}: {difference}"
+        for difference in judged(target, functools.partial(draw, target, case, seed), seed)
     ]
 
 
 @needs_cuda
-def test_state_isolation(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+def test_state_isolation(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     skip_without(target, "reset_state")
     key_count = min(KEYS, target.num_keys)
     problems = []
     for key_index in range(key_count):
         pair = [
-            draw(target, case_in_key(target, key_index, repeat), seed=2 * key_index + repeat)
-            for repeat in (0, 1)
+            (case_in_key(target, key_index, repeat), 2 * key_index + repeat) for repeat in (0, 1)
         ]
-        for first, second in (pair, pair[::-1]):
-            target.graphed(first)
-            problems += judge(target, second, "right after another episode")
+        for (first, first_seed), (second, second_seed) in (pair, pair[::-1]):
+            graphed_call(target, draw(target, first, first_seed), first_seed)
+            problems += judge(target, second, second_seed, "right after another episode")
     record_figure(f"{2 * key_count} episode pairs on {key_count} keys, both orders")
     assert not problems, "an episode's answer depends on the one before it:\n" + "\n".join(problems)
 
 
 @needs_cuda
-def test_state_reset(target: CudaGraphTarget, record_figure: Callable[[str], None]) -> None:
+def test_state_reset(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     skip_without(target, "reset_state")
     # No more keys than the cache holds: an evicted key would be captured afresh.
     key_count = min(KEYS, target.num_keys, target.capacity or KEYS)
@@ -64,7 +71,7 @@ def test_state_reset(target: CudaGraphTarget, record_figure: Callable[[str], Non
         )
     for case in keys:
         later = case + target.num_keys
-        problems += judge(target, draw(target, later, seed=later), "after reset_state()")
+        problems += judge(target, later, later, "after reset_state()")
     kept = "graphs kept, " if cached is not None else ""
     record_figure(f"reset_state() after {key_count} keys: {kept}next episode on each checked")
     assert not problems, "\n".join(problems)

@@ -97,11 +97,12 @@ class SeededTarget:
         self._largest_inputs: Inputs | None = None
 
     def common_fields(self) -> dict[str, Any]:
-        """The target fields that need no GPU: the calls, the keys, the sampler, the refusals."""
+        """The target fields that need no GPU: the calls (the graphed one on CUDA only), the
+        keys, the sampler, the refusals."""
         return dict(
             device=self.device,
             eager=self.eager,
-            graphed=self.graphed,
+            graphed=self.graphed if self.device.type == "cuda" else None,
             make_inputs=self.make_inputs,
             key_of=self.key_of,
             num_keys=self.num_keys,

@@ -1,25 +1,47 @@
-"""The adapters' examples (examples/compiled_target.py, examples/graphed_callables_target.py)
-used wrongly, one way each, to show that the checks meant for those mistakes fail. Use as
+"""The adapters used wrongly, one way each, to show that the checks meant for those mistakes
+fail: a small MLP (examples/tiny_model.py) through ``compiled`` and ``graphed_callables`` with a
+declared output lifetime the graphs do not keep, or a model inductor will not graph. Use as
 ``--cudagraph-target broken_adapters:<factory>`` with this folder importable."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
-from examples import compiled_target, graphed_callables_target
 from examples.tiny_model import make_model
 from torch import Tensor, nn
 
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.adapters import Case, compiled, graphed_callables
+from pytest_cudagraph.conformance.target import NEXT_CALL_OF_KEY, OWNED, CudaGraphTarget
+
+KEYS = [(1, 32), (2, 32), (4, 64), (8, 64)]  # (batch, seq)
 
 
-def compiled_outputs_kept(device: torch.device) -> CudaGraphTarget:
-    """reduce-overhead outputs handed out as they are: the next step overwrites them."""
-    return compiled_target.make_target(device, copy_outputs=False)
+def mlp_target(
+    adapter: Callable[..., CudaGraphTarget], device: torch.device, **options: object
+) -> CudaGraphTarget:
+    def draw(generator: torch.Generator, case: Case) -> dict[str, Tensor]:
+        return {"input": torch.randn(*case.key, 64, generator=generator, device=device)}
+
+    model = options.pop("model", None) or make_model(device)
+    return adapter(model, device=device, keys=KEYS, draw=draw, **options)
 
 
-def graphed_outputs_kept(device: torch.device) -> CudaGraphTarget:
-    """make_graphed_callables' static outputs handed out: the next replay overwrites them."""
-    return graphed_callables_target.make_target(device, copy_outputs=False)
+def compiled_outputs_claimed_owned(device: torch.device) -> CudaGraphTarget:
+    """reduce-overhead outputs said to be owned: the next step overwrites them."""
+    return mlp_target(compiled, device, output_lifetime=OWNED)
+
+
+def compiled_outputs_claimed_per_key(device: torch.device) -> CudaGraphTarget:
+    """reduce-overhead outputs said to be valid until the next call of their key: the next
+    step of any key overwrites them (cudagraph trees share one memory pool)."""
+    return mlp_target(compiled, device, output_lifetime=NEXT_CALL_OF_KEY)
+
+
+def graphed_outputs_claimed_owned(device: torch.device) -> CudaGraphTarget:
+    """make_graphed_callables' static outputs said to be owned: the next replay overwrites
+    them."""
+    return mlp_target(graphed_callables, device, output_lifetime=OWNED)
 
 
 class CleansItsInput(nn.Module):
@@ -37,4 +59,4 @@ class CleansItsInput(nn.Module):
 
 def compiled_graph_skipped(device: torch.device) -> CudaGraphTarget:
     """A model inductor will not graph (it mutates its input): it runs without graphs, silently."""
-    return compiled_target.make_target(device, model=CleansItsInput(make_model(device)))
+    return mlp_target(compiled, device, model=CleansItsInput(make_model(device)))

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 
-__all__ = ["baked_gain", "lock_kept_on_error", "make_target", "static_output"]
+__all__ = ["baked_gain", "lock_kept_on_error", "make_target", "static_output", "unlocked"]
 
 
 # Broken twins: each cache is wrong in exactly one way.
@@ -43,6 +43,29 @@ class LockKept(EncoderGraphCache):
         return LockKeptOnError()
 
 
+class NoLock:
+    """Stands for a lock and locks nothing."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return True
+
+    def release(self) -> None:
+        pass
+
+    def __enter__(self) -> NoLock:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        pass
+
+
+class Unlocked(EncoderGraphCache):
+    """Takes no lock: threads race on each key's static buffers and on the LRU."""
+
+    def make_lock(self) -> NoLock:
+        return NoLock()
+
+
 def twin(cache_class: type[EncoderGraphCache]) -> Callable[[torch.device], CudaGraphTarget]:
     def factory(device: torch.device) -> CudaGraphTarget:
         return make_target(device, cache_class)
@@ -54,3 +77,4 @@ def twin(cache_class: type[EncoderGraphCache]) -> Callable[[torch.device], CudaG
 baked_gain = twin(BakedGain)
 static_output = twin(StaticOutput)
 lock_kept_on_error = twin(LockKept)
+unlocked = twin(Unlocked)

@@ -76,10 +76,12 @@ def test_reasyn_kv_is_installed_and_builds_by_name_on_the_cpu() -> None:
     target = build_target("reasyn-kv", CPU)
     assert isinstance(target, CudaGraphTarget)
     assert target.num_keys == NUM_KEYS == 40
-    # No graphs on the CPU: the graph capabilities, reset_state among them, are left out.
+    # No graphs on the CPU: the graphed side and the graph capabilities, reset_state among
+    # them, are left out; the dry run calls the eager side alone.
+    assert target.graphed is None
     assert target.reset_state is None and target.lock is None and target.capacity is None
     with pytest.raises(RuntimeError, match="step graphs need CUDA"):
-        target.graphed(target.make_inputs(torch.Generator().manual_seed(0), 0))
+        KVTarget(CPU).graphed(target.make_inputs(torch.Generator().manual_seed(0), 0))
 
 
 def test_cases_cycle_through_forty_distinct_keys_the_last_one_the_largest() -> None:
@@ -223,13 +225,14 @@ def test_the_suite_runs_its_cpu_checks_on_reasyn_kv_and_skips_the_rest_saying_wh
     verdicts = table_verdicts(result)
     assert {check for check, verdict in verdicts.items() if verdict == "passed"} == {
         "target contract",
+        "dry run",
         "guards",
     }
     assert {"state isolation", "state reset"} <= set(verdicts)
     assert set(verdicts.values()) == {"passed", "skipped"}
     result.stdout.fnmatch_lines(
         [
-            "conformance of reasyn-kv (2 passed, *):",
+            "conformance of reasyn-kv (3 passed, *):",
             "  target contract * passed * 40 keys; inputs memory, memory_padding_mask, tokens, "
             "lengths, step_tokens vary *",
             "  guards * passed * 7 of 7 unsupported modes refused clearly",

@@ -14,24 +14,37 @@ from collections.abc import Callable
 import pytest
 import torch
 from suite_runner import HERE, REPO_ROOT, table_verdicts
+from torch import nn
 
 from pytest_cudagraph.conformance.adapters import (
     INDUCTOR_SKIP_LOGGER,
+    Case,
     InductorSkips,
+    compiled,
+    graphed_callables,
     hand_written,
     input_shapes,
     keyed_cases,
 )
+from pytest_cudagraph.conformance.target import BIT_IDENTICAL, NEXT_CALL, NEXT_CALL_OF_KEY, OWNED
 
 CPU = torch.device("cpu")
+# The three shapes of CUDA-graph code (each in at most 30 lines of target code), and the
+# hand-written cache the foreign target and its twins are made of.
 EXAMPLES = {
+    "decode_step_target": "examples.decode_step_target:make_target",
+    "bucket_runner_target": "examples.bucket_runner_target:make_target",
+    "graphed_layer_target": "examples.graphed_layer_target:make_target",
     "hand_written_target": "examples.hand_written_target:make_target",
-    "compiled_target": "examples.compiled_target:make_target",
-    "graphed_callables_target": "examples.graphed_callables_target:make_target",
 }
+SHAPES = ("decode_step_target", "bucket_runner_target", "graphed_layer_target")
+MAX_LINES = 30
 FOREIGN = "foreign:make_target"
-# A docs code block that is an example file starts with a comment naming it.
-DOCS_BLOCK = re.compile(r"```python\n# (?P<name>\w+)\.py\n(?P<code>.*?)```", re.DOTALL)
+# A docs code block that is an example file follows its line count and starts with a comment
+# naming it.
+DOCS_BLOCK = re.compile(
+    r"\((?P<lines>\d+) lines\):\n\n```python\n# (?P<name>\w+)\.py\n(?P<code>.*?)```", re.DOTALL
+)
 
 needs_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(),
@@ -39,26 +52,39 @@ needs_cuda = pytest.mark.skipif(
 )
 
 
-def draw_ones(generator: torch.Generator, key: int) -> dict[str, torch.Tensor]:
-    return {"x": torch.ones(key, key + 1)}
+def draw_ones(generator: torch.Generator, case: Case) -> dict[str, torch.Tensor]:
+    return {"x": torch.ones(case.key, case.key + 1 + case.repeat)}
 
 
-def test_cases_cycle_through_the_keys_in_order() -> None:
-    make_inputs, num_keys = keyed_cases([1, 2, 3, 4], draw_ones)
+def test_cases_cycle_through_the_keys_and_count_the_draws_of_each() -> None:
+    seen: list[Case] = []
+
+    def draw(generator: torch.Generator, case: Case) -> dict[str, torch.Tensor]:
+        seen.append(case)
+        return draw_ones(generator, case)
+
+    make_inputs, num_keys = keyed_cases([1, 2, 3, 4], draw)
     assert num_keys == 4
-    generator = torch.Generator()
-    shapes = [tuple(make_inputs(generator, case)["x"].shape) for case in (0, 3, 4, 5)]
-    assert shapes == [(1, 2), (4, 5), (1, 2), (2, 3)]
+    shapes = [tuple(make_inputs(torch.Generator(), case)["x"].shape) for case in (0, 3, 4, 9)]
+    assert shapes == [(1, 2), (4, 5), (1, 3), (2, 5)]
+    assert seen == [Case(0, 1, 0), Case(3, 4, 0), Case(4, 1, 1), Case(9, 2, 2)]
+
+
+def test_one_key_is_enough() -> None:
+    make_inputs, num_keys = keyed_cases([7], draw_ones)
+    assert num_keys == 1
+    assert make_inputs(torch.Generator(), 5)["x"].shape == (7, 13)
 
 
 @pytest.mark.parametrize(
     ("keys", "draw", "error", "message"),
     [
-        ([1, 2, 3], draw_ones, ValueError, r"at least 4 distinct graph keys, got \[1, 2, 3\]"),
-        ([1, 2, 3, 3, 4], draw_ones, ValueError, r"at least 4 distinct graph keys"),
+        ([], draw_ones, ValueError, r"keys must be at least one graph key, each once, got \[\]"),
+        ([1, 2, 3, 3, 4], draw_ones, ValueError, r"each once, got \[1, 2, 3, 3, 4\]"),
+        ([1, [2, 3]], draw_ones, TypeError, r"keys\[1\] must be hashable, got list \[2, 3\]"),
         ("abcd", draw_ones, TypeError, r"keys must be a sequence of graph keys, got str"),
         ({1, 2, 3, 4}, draw_ones, TypeError, r"keys must be a sequence of graph keys, got set"),
-        ([1, 2, 3, 4], "draw", TypeError, r"draw must be callable as draw\(generator, key\)"),
+        ([1, 2, 3, 4], "draw", TypeError, r"draw must be callable as draw\(generator, case\)"),
     ],
 )
 def test_bad_keys_or_draw_are_refused_naming_the_rule(
@@ -68,8 +94,8 @@ def test_bad_keys_or_draw_are_refused_naming_the_rule(
         keyed_cases(keys, draw)
 
 
-def test_hand_written_finds_the_largest_case_from_its_key() -> None:
-    common = dict(
+def cpu_fields(**changes: object) -> dict[str, object]:
+    fields: dict[str, object] = dict(
         device=CPU,
         eager=lambda inputs: inputs["x"],
         graphed=lambda inputs: inputs["x"],
@@ -77,10 +103,133 @@ def test_hand_written_finds_the_largest_case_from_its_key() -> None:
         draw=draw_ones,
         key_of=lambda inputs: inputs["x"].shape[0],
     )
-    target = hand_written(**common, largest_key=7, capacity=2)
+    return {**fields, **changes}
+
+
+def test_hand_written_finds_the_largest_case_from_its_key() -> None:
+    target = hand_written(**cpu_fields(), largest_key=7, capacity=2)
     assert (target.largest_case, target.capacity, target.num_keys) == (1, 2, 4)
+    assert target.output_lifetime == OWNED
     with pytest.raises(ValueError, match=r"largest_key 9 is not one of the keys"):
-        hand_written(**common, largest_key=9)
+        hand_written(**cpu_fields(), largest_key=9)
+
+
+def test_every_adapter_takes_the_targets_fields_by_name_and_no_others() -> None:
+    target = hand_written(**cpu_fields(graphed=None), threads="single", reset_state=lambda: None)
+    assert (target.graphed, target.threads) == (None, "single")
+    with pytest.raises(TypeError, match=r"unknown target field\(s\) samplr; the fields an adapter"):
+        hand_written(**cpu_fields(), samplr=lambda seed, graphs: [])
+    with pytest.raises(TypeError, match=r"unknown target field\(s\) num_keys"):
+        hand_written(**cpu_fields(), num_keys=3)
+    fields = cpu_fields()
+    del fields["eager"], fields["graphed"]
+    with pytest.raises(TypeError, match=r"unknown target field\(s\) graph_skip"):
+        compiled(nn.Linear(2, 2), **fields, graph_skip=lambda: [])
+
+
+def mlp_fields() -> dict[str, object]:
+    return dict(device=CPU, keys=[(1, 2)], draw=lambda generator, case: {"x": torch.ones(case.key)})
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "message"),
+    [
+        (
+            {"mode": "default"},
+            ValueError,
+            r"mode must be one with CUDA graphs \('reduce-overhead', 'max-autotune'\)",
+        ),
+        ({"options": {"max_autotune": True}}, ValueError, r"give mode or options, not both"),
+        ({"mode": None, "options": [1]}, TypeError, r"options must be a mapping, got list"),
+        ({"rerecord_limit": -1}, ValueError, r"rerecord_limit must be >= 0, got -1"),
+        ({"rerecord_limit": 1.5}, TypeError, r"rerecord_limit must be an int, got 1.5"),
+        ({"fullgraph": 1}, TypeError, r"fullgraph must be True or False, got 1"),
+        ({"dynamic": "yes"}, TypeError, r"dynamic must be True or False, got 'yes'"),
+        ({"share_state": None}, TypeError, r"share_state must be True or False, got None"),
+        ({"model": 3}, TypeError, r"model must be a torch.nn.Module or a zero-arg callable"),
+        ({"call": "generate"}, TypeError, r"call must be callable as call\(step, model, inputs\)"),
+        ({"key_of": 3}, TypeError, r"key_of must be callable, got int"),
+        ({"keys": [[1]]}, TypeError, r"keys\[0\] must be hashable"),
+    ],
+)
+def test_compiled_checks_its_arguments_before_compiling(
+    changes: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        compiled(nn.Linear(2, 2), **{**mlp_fields(), **changes})
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "message"),
+    [
+        ({"num_warmup_iters": -2}, ValueError, r"num_warmup_iters must be >= 0, got -2"),
+        ({"num_warmup_iters": True}, TypeError, r"num_warmup_iters must be an int, got True"),
+        ({"share_state": "no"}, TypeError, r"share_state must be True or False"),
+    ],
+)
+def test_graphed_callables_checks_its_arguments(
+    changes: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        graphed_callables(nn.Linear(2, 2), **{**mlp_fields(), **changes})
+    with pytest.raises(TypeError, match=r"fn must be callable, got int"):
+        graphed_callables(3, **mlp_fields())
+
+
+class Counting(nn.Module):
+    """Adds how many calls came before: state a forward mutates, as a KV cache is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return x + self.calls
+
+
+def test_the_two_sides_of_an_adapter_run_on_state_of_their_own() -> None:
+    """A buffer the forward mutates: eager and graphed each count their own calls, so the answers
+    agree whatever the order of calls (graphed_callables: its eager side; the graphed one needs
+    CUDA)."""
+    target = graphed_callables(Counting(), **mlp_fields())
+    inputs = {"x": torch.zeros(2)}
+    assert target.graphed is None  # make_graphed_callables needs CUDA
+    assert [float(target.eager(inputs)[0]) for _ in range(3)] == [1.0, 2.0, 3.0]
+    own, shared = Counting(), Counting()
+    separate = compiled(own, **mlp_fields())
+    together = compiled(shared, **mlp_fields(), share_state=True)
+    for _ in range(2):
+        separate.eager(inputs)
+        together.eager(inputs)
+    assert torch.equal(separate.graphed(inputs), torch.ones(2))  # its own first call
+    assert torch.equal(together.graphed(inputs), torch.full((2,), 3.0))  # after eager's two
+    assert float(own.calls) == 1  # the graphed side ran the user's module, eager a copy
+    mine = Counting()
+    from_my_line = compiled(torch.compile(mine, mode="reduce-overhead"), **mlp_fields())
+    from_my_line.eager(inputs)
+    assert torch.equal(from_my_line.graphed(inputs), torch.ones(2)) and float(mine.calls) == 1
+
+
+def test_a_function_of_a_model_gets_a_model_per_side_from_a_builder() -> None:
+    built: list[nn.Module] = []
+
+    def build() -> nn.Module:
+        built.append(Counting())
+        return built[-1]
+
+    target = graphed_callables(
+        lambda model, x: model(x), **mlp_fields(), model=build, output_lifetime=OWNED
+    )
+    target.eager({"x": torch.zeros(2)})
+    assert len(built) == 2 and [float(model.calls) for model in built] == [0.0, 1.0]
+    assert target.output_lifetime == OWNED and target.tolerance == BIT_IDENTICAL
+
+
+def test_each_adapter_declares_the_lifetime_of_its_graphs_outputs() -> None:
+    assert compiled(nn.Linear(2, 2), **mlp_fields()).output_lifetime == NEXT_CALL
+    assert graphed_callables(nn.Linear(2, 2), **mlp_fields()).output_lifetime == NEXT_CALL_OF_KEY
+    assert compiled(nn.Linear(2, 2), **mlp_fields()).capacity == 1
 
 
 def test_the_default_key_is_each_input_tensors_shape_and_dtype() -> None:
@@ -104,12 +253,20 @@ def test_inductor_skips_are_counted_with_the_reasons_inductor_logs() -> None:
     ]
 
 
-def test_the_docs_show_exactly_the_example_files() -> None:
+def test_the_docs_show_exactly_the_example_files_with_their_line_counts() -> None:
     docs = (REPO_ROOT / "docs" / "own-graphs.md").read_text(encoding="utf-8")
-    shown = {match["name"]: match["code"] for match in DOCS_BLOCK.finditer(docs)}
+    shown = {match["name"]: match for match in DOCS_BLOCK.finditer(docs)}
     assert set(shown) == set(EXAMPLES)
-    for name, code in shown.items():
-        assert code == (HERE / "examples" / f"{name}.py").read_text(encoding="utf-8"), name
+    for name, match in shown.items():
+        source = (HERE / "examples" / f"{name}.py").read_text(encoding="utf-8")
+        assert match["code"] == source, name
+        assert int(match["lines"]) == len(source.splitlines()), name
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_each_shape_of_graph_code_takes_at_most_30_lines_of_target_code(name: str) -> None:
+    source = (HERE / "examples" / f"{name}.py").read_text(encoding="utf-8")
+    assert len(source.splitlines()) <= MAX_LINES
 
 
 def failed_checks(result: pytest.RunResult) -> set[str]:
@@ -122,30 +279,53 @@ def failed_checks(result: pytest.RunResult) -> set[str]:
 def test_each_example_passes_the_checks_that_need_no_gpu(
     run_suite: Callable[..., pytest.RunResult], monkeypatch: pytest.MonkeyPatch, spec: str
 ) -> None:
+    """Its contract, and a dry run of its code on the CPU: the eager side of every key (and the
+    compiled example's graphed side, compiled without CUDA graphs)."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     result = run_suite("--cudagraph-target", spec)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     verdicts = table_verdicts(result)
-    assert verdicts["target contract"] == "passed"
+    assert verdicts["target contract"] == verdicts["dry run"] == "passed", result.stdout.str()
     assert set(verdicts.values()) == {"passed", "skipped"}
+    if spec == EXAMPLES["decode_step_target"]:
+        result.stdout.fnmatch_lines(
+            ["  dry run * eager and graphed once on each of 1 key (graphed runs without CUDA)"]
+        )
+        assert verdicts["guards"] == "passed"  # gpt-fast's assert, a declared refusal
 
 
 # GPU: each example and the foreign target pass; each twin fails what its fault must fail.
 
-CACHE_CHECKS = {"parity", "no baked inputs", "owned outputs", "output storage", "concurrency"}
-# The checks each target must pass on one GPU (the rest skip for a capability it lacks).
-MUST_PASS = {
-    EXAMPLES["hand_written_target"]: CACHE_CHECKS | {"lock safety", "bounded memory", "captures"},
-    FOREIGN: CACHE_CHECKS | {"lock safety", "bounded memory", "captures"},
-    EXAMPLES["compiled_target"]: CACHE_CHECKS | {"graphs not skipped"},
-    EXAMPLES["graphed_callables_target"]: CACHE_CHECKS,
+# Checks every example must pass on one GPU: what all CUDA-graph code can be held to.
+ALL_CODE = {
+    "target contract",
+    "dry run",
+    "parity",
+    "no baked inputs",
+    "owned outputs",
+    "output storage",
+    "side isolation",
+    "lock safety",
+    "memory over a long run",
+    "captures",
 }
-# twin -> (the check meant for its fault, every check that must fail on one GPU).
+# The checks each target must pass on one GPU (the rest skip for a capability it lacks or, the
+# bucket runner's concurrency, for its single thread).
+MUST_PASS = {
+    EXAMPLES["hand_written_target"]: ALL_CODE | {"concurrency", "bounded memory"},
+    FOREIGN: ALL_CODE | {"concurrency", "bounded memory"},
+    EXAMPLES["decode_step_target"]: ALL_CODE | {"concurrency", "graphs not skipped", "guards"},
+    EXAMPLES["bucket_runner_target"]: ALL_CODE,
+    EXAMPLES["graphed_layer_target"]: ALL_CODE | {"concurrency", "bounded memory"},
+}
+# twin -> (the check meant for its fault, checks that must fail on one GPU, checks that may fail
+# too: those whose verdict on this twin the GPU runs have not settled yet).
 BROKEN = {
     # Every check that replays a cached key with new inputs sees the old gain.
     "foreign:baked_gain": (
         "no baked inputs",
         {"no baked inputs", "parity", "lock safety", "concurrency"},
+        set(),
     ),
     # Parity and output storage find later outputs in the storage of earlier ones; concurrency
     # compares once every thread is done. The other checks compare each output before the next
@@ -153,27 +333,50 @@ BROKEN = {
     "foreign:static_output": (
         "owned outputs",
         {"owned outputs", "parity", "output storage", "concurrency"},
+        set(),
     ),
-    "foreign:lock_kept_on_error": ("lock safety", {"lock safety"}),
-    # Kept outputs are overwritten by the next step: parity, output storage and concurrency read
-    # them later (cudagraph trees refuse that read of a compiled output, make_graphed_callables'
-    # outputs share storage).
-    "broken_adapters:compiled_outputs_kept": (
+    "foreign:lock_kept_on_error": ("lock safety", {"lock safety"}, set()),
+    # No lock: threads race on the static buffers; every other check calls from one thread. A
+    # capture that another thread's work breaks may leave the device unusable for the checks
+    # after it.
+    "foreign:unlocked": (
+        "concurrency",
+        {"concurrency"},
+        {"output storage", "captures", "side isolation"},
+    ),
+    # Said to be owned, overwritten by the next step: parity, output storage and concurrency
+    # read them later (cudagraph trees refuse that read of a compiled output,
+    # make_graphed_callables' outputs share storage).
+    "broken_adapters:compiled_outputs_claimed_owned": (
         "owned outputs",
         {"owned outputs", "parity", "output storage", "concurrency"},
+        {"lock safety"},
     ),
-    "broken_adapters:graphed_outputs_kept": (
+    "broken_adapters:graphed_outputs_claimed_owned": (
         "owned outputs",
         {"owned outputs", "parity", "output storage", "concurrency"},
+        set(),
     ),
-    "broken_adapters:compiled_graph_skipped": ("graphs not skipped", {"graphs not skipped"}),
+    # Said to be valid until the next call of their key: a call of another key overwrites them.
+    "broken_adapters:compiled_outputs_claimed_per_key": (
+        "owned outputs",
+        {"owned outputs"},
+        {"output storage", "lock safety"},
+    ),
+    # No graph runs, so no fault point of torch's graph API is reached either.
+    "broken_adapters:compiled_graph_skipped": (
+        "graphs not skipped",
+        {"graphs not skipped"},
+        {"lock safety"},
+    ),
 }
 # Device binding runs only with two GPUs; with them the baked gain fails it too.
 BAKED_ON_TWO_GPUS = "device binding"
-# On the H200 (torch 2.11) the run of this twin printed its whole table, then died of SIGSEGV
-# in a garbage collection at session end: the outputs it kept belong to cudagraph trees whose
-# graphs had re-run. The verdicts are what this test judges; the crash is torch's.
-CRASHES_AT_EXIT = {"broken_adapters:compiled_outputs_kept": -11}
+# On the H200 (torch 2.11) the run of a twin handing out reduce-overhead outputs printed its whole
+# table, then died of SIGSEGV in a garbage collection at session end: the outputs it kept belong
+# to cudagraph trees whose graphs had re-run. The verdicts are what this test judges; the crash
+# is torch's.
+CRASHES_AT_EXIT = {"broken_adapters:compiled_outputs_claimed_owned": -11}
 
 
 @needs_cuda
@@ -193,11 +396,11 @@ def test_each_example_passes_the_suite_on_a_gpu(
 def test_a_broken_twin_fails_the_checks_meant_for_its_fault(
     run_suite: Callable[..., pytest.RunResult], spec: str
 ) -> None:
-    intended, must_fail = BROKEN[spec]
+    intended, must_fail, may_fail = BROKEN[spec]
     if spec == "foreign:baked_gain" and torch.cuda.device_count() >= 2:
         must_fail = must_fail | {BAKED_ON_TWO_GPUS}
     result = run_suite("--cudagraph-target", spec)
     failed = failed_checks(result)
     assert intended in failed, result.stdout.str()
-    assert failed == must_fail, result.stdout.str()
+    assert must_fail <= failed <= must_fail | may_fail, result.stdout.str()
     assert result.ret in (pytest.ExitCode.TESTS_FAILED, CRASHES_AT_EXIT.get(spec)), result.ret

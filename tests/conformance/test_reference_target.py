@@ -5,9 +5,11 @@ ones the graph cache's input check refuses, with the messages it expects."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 import torch
+from suite_runner import table_verdicts
 
 from reasyn_ref.bucketing import bucket_batch, bucket_seq
 from reasyn_ref.graph_cache import check_graph_step
@@ -86,3 +88,15 @@ def test_the_eager_step_is_the_samplers(reference: ReferenceTarget) -> None:
     assert logits.dtype == torch.float32
     with pytest.raises(RuntimeError, match="needs CUDA"):
         reference.graphed(inputs)
+
+
+def test_the_suite_dry_runs_the_lean_step_on_every_key_on_the_cpu(
+    run_suite: Callable[..., pytest.RunResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """reasyn-lean's eager side (the lean step) through all 60 keys, with CUDA hidden (the
+    reasyn target's own CPU run is test_suite_on_cpu.py's)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    result = run_suite("--cudagraph-target", "reasyn-lean", "-k", "target")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert table_verdicts(result) == {"dry run": "passed", "target contract": "passed"}
+    result.stdout.fnmatch_lines(["  dry run * passed * eager once on each of 60 keys"])

@@ -18,7 +18,7 @@ from pytest_cudagraph import results
 from pytest_cudagraph.conformance import suite
 from pytest_cudagraph.conformance.suite import CheckRow, ConformanceTable, format_table
 
-CPU_CHECKS = {"target contract", "guards", "worker refusal"}
+CPU_CHECKS = {"target contract", "dry run", "guards", "worker refusal"}
 GPU_CHECKS = {
     "parity",
     "no baked inputs",
@@ -28,11 +28,13 @@ GPU_CHECKS = {
     "device binding",
     "lock safety",
     "bounded memory",
+    "memory over a long run",
     "concurrency",
     "worker processes",
     "graphs not skipped",
     "output storage",
     "captures",
+    "side isolation",
     "state isolation",
     "state reset",
 }
@@ -60,7 +62,7 @@ def test_cpu_checks_pass_and_gpu_checks_skip_saying_why(
     }
     result.stdout.fnmatch_lines(
         [
-            "conformance of reasyn (3 passed, 15 skipped):",
+            "conformance of reasyn (4 passed, 17 skipped):",
             f"  parity * skipped * -  {NO_CUDA}",
             "  guards * passed * 4 of 4 unsupported modes refused clearly",
             "  worker refusal * passed * graphs with 2 workers per GPU refused: *",

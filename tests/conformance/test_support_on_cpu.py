@@ -1,5 +1,6 @@
 """The conformance suite's shared helpers that need no GPU: running a function in a fresh
-process, finding and freeing a held lock, walking outputs."""
+process, finding and freeing a held lock, walking outputs, calling both sides under one seed and
+comparing them as the target's contract says (real part, tolerance per part, output lifetime)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,20 @@ import threading
 import pytest
 import torch
 
-from pytest_cudagraph.conformance.support import lock_was_held, run_in_fresh_process, tensors_in
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.support import (
+    differences,
+    draws_random_numbers,
+    eager_call,
+    graphed_call,
+    judged,
+    kept,
+    lock_was_held,
+    parts_of,
+    real,
+    run_in_fresh_process,
+    tensors_in,
+)
+from pytest_cudagraph.conformance.target import NEXT_CALL_OF_KEY, CudaGraphTarget, Tolerance
 
 # Run in the spawned children: module-level, so that the children can import them.
 
@@ -68,3 +81,105 @@ def test_tensors_are_found_in_nested_outputs() -> None:
     a, b, c = torch.zeros(1), torch.ones(2), torch.arange(3)
     assert tensors_in({"x": a, "rest": [b, (c, "label")]}) == [a, b, c]
     assert tensors_in(3) == []
+
+
+# Calling and comparing as the target's contract says.
+
+
+def sampling_target(**changes: object) -> CudaGraphTarget:
+    """Both sides draw from torch's global generator, as code sampling inside a graph does."""
+
+    def sample(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return inputs["x"] + torch.rand(inputs["x"].shape)
+
+    fields: dict[str, object] = dict(
+        device=torch.device("cpu"),
+        eager=sample,
+        graphed=sample,
+        make_inputs=lambda generator, case: {"x": torch.randn(4, generator=generator)},
+        key_of=lambda inputs: 0,
+        num_keys=1,
+    )
+    return CudaGraphTarget(**{**fields, **changes})
+
+
+def test_both_sides_draw_alike_under_one_seed_and_the_callers_generator_is_untouched() -> None:
+    target = sampling_target()
+    inputs = {"x": torch.zeros(4)}
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    assert torch.equal(eager_call(target, inputs, 7), graphed_call(target, inputs, 7))
+    assert not torch.equal(eager_call(target, inputs, 7), eager_call(target, inputs, 8))
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert not judged(target, lambda: {"x": torch.zeros(4)}, 7)
+    assert draws_random_numbers(target, inputs)
+    assert not draws_random_numbers(sampling_target(eager=lambda inputs: inputs["x"]), inputs)
+
+
+def test_an_output_that_is_not_owned_is_copied_when_the_call_returns() -> None:
+    static = torch.zeros(4)
+    owned = sampling_target(graphed=lambda inputs: static)
+    borrowed = sampling_target(graphed=lambda inputs: static, output_lifetime=NEXT_CALL_OF_KEY)
+    assert graphed_call(owned, {"x": static}, 0) is static
+    copy = graphed_call(borrowed, {"x": static}, 0)
+    static.add_(1)
+    assert copy is not static and torch.equal(copy, torch.zeros(4))
+    assert kept(borrowed, (static,))[0] is not static
+
+
+def test_only_the_real_part_of_each_output_is_compared() -> None:
+    eager = {"logits": torch.ones(2, 3), "cache": torch.zeros(4, 2)}
+    padded = {
+        "logits": torch.cat([torch.ones(2, 3), torch.full((2, 3), 9.0)]),
+        "cache": torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 5.0]]),
+    }
+    rows = {"logits": slice(0, 2), "cache": (slice(None), slice(0, 1))}
+    target = sampling_target(real_part=lambda inputs: rows)
+    assert differences(target, {}, eager, padded) == []
+    assert sorted(differences(sampling_target(), {}, eager, padded)) == [
+        "output['cache'] at index (3, 1): max |diff| 5 over 1 of 8 elements",
+        "output['logits']: shape (2, 3) in eager, (4, 3) in graphed",
+    ]
+    every_tensor = sampling_target(real_part=lambda inputs: slice(0, 2))
+    assert real(every_tensor, {}, padded)["cache"].shape == (2, 2)
+    assert real(every_tensor, {}, [padded["logits"]])[0].shape == (2, 3)
+    with pytest.raises(
+        TypeError, match=r"real_part gives an index per part .* Tensor, which has no parts"
+    ):
+        real(target, {}, torch.zeros(3))
+
+
+def test_each_part_is_compared_within_its_own_tolerance() -> None:
+    target = sampling_target(tolerance={"logits": Tolerance(atol=0.1)})
+    expected = {"logits": torch.zeros(2), "cache": torch.zeros(2)}
+    close = {"logits": torch.full((2,), 0.05), "cache": torch.zeros(2)}
+    assert differences(target, {}, expected, close) == []
+    assert differences(target, {}, expected, {**close, "cache": torch.full((2,), 0.05)}) == [
+        "output['cache'] at index (0,): max |diff| 0.05 over 2 of 2 elements"
+    ]
+    assert differences(target, {}, expected, {**close, "logits": torch.ones(2)}) == [
+        "output['logits'] at index (0,): max |diff| 1 over 2 of 2 elements"
+    ]
+    assert differences(target, {}, expected, {"logits": torch.zeros(2)}) == [
+        "output: keys ['cache'] only in eager, [] only in graphed"
+    ]
+    assert parts_of((1, 2)) == {0: 1, 1: 2} and parts_of(torch.zeros(1)) is None
+
+
+def test_an_eager_output_is_copied_so_the_graphed_side_cannot_change_it() -> None:
+    """An eager output that is a view of a buffer the graphed side writes: x * 3 must not pass
+    as x * 2."""
+    shared = torch.zeros(4)
+
+    def eager(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        shared.copy_(inputs["x"] * 2)
+        return shared
+
+    def graphed(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        shared.copy_(inputs["x"] * 3)
+        return shared.clone()
+
+    target = sampling_target(eager=eager, graphed=graphed)
+    assert judged(target, lambda: {"x": torch.ones(4)}, 0) == [
+        "output at index (0,): max |diff| 1 over 4 of 4 elements"
+    ]

@@ -149,7 +149,7 @@ def test_conformance_rows_are_in_the_results(pytester: pytest.Pytester) -> None:
         "--pyargs",
         "pytest_cudagraph.conformance",
         "-k",
-        "target or guards",
+        "contract or guards",
         "--cudagraph-target",
         "reasyn",
         "--cudagraph-json=results.json",

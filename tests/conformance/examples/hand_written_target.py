@@ -9,28 +9,29 @@ KEYS = [(batch, seq) for batch in range(1, 9) for seq in (16, 32, 48, 64, 80)]
 def make_target(device, cache_class=EncoderGraphCache):
     encoder = make_encoder(device)
 
-    def draw(generator, key):
-        x = torch.randn(*key, 64, generator=generator, device=device)
+    def draw(generator, case):
+        x = torch.randn(*case.key, 64, generator=generator, device=device)
         return {"x": x, "gain": 0.5 + torch.rand(64, generator=generator, device=device)}
 
-    cache, capabilities = None, {}
-    if device.type == "cuda":  # without CUDA only the checks of the protocol itself run
-        cache = cache_class(encoder, device)
-        stages = ("warm_up", "capture", "replay", "copy_out")
-        capabilities = dict(
-            reset=cache.clear,
-            lock=cache.lock,
-            capacity=cache.capacity,
-            cached_keys=lambda: list(cache.graphs),
-            fault_points={stage: (cache, stage) for stage in stages},
-        )
-    return hand_written(
+    common = dict(
         device=device,
         eager=lambda inputs: encoder(inputs["x"] * inputs["gain"]),
-        graphed=lambda inputs: cache(**inputs),
         keys=KEYS,
         draw=draw,
         key_of=lambda inputs: tuple(inputs["x"].shape[:2]),
         largest_key=max(KEYS),
-        **capabilities,
+    )
+    if device.type != "cuda":  # without CUDA: the dry run of eager, the protocol's checks
+        return hand_written(graphed=None, **common)
+    cache = cache_class(encoder, device)
+    return hand_written(
+        graphed=lambda inputs: cache(**inputs),
+        reset=cache.clear,
+        lock=cache.lock,
+        capacity=cache.capacity,
+        cached_keys=lambda: list(cache.graphs),
+        fault_points={
+            stage: (cache, stage) for stage in ("warm_up", "capture", "replay", "copy_out")
+        },
+        **common,
     )

@@ -1,0 +1,514 @@
+"""The checks' logic on the CPU: each check called as a function on small CPU targets, right and
+wrong in the way that check is about, with stand-ins where the check works through a GPU
+(torch.cuda.CUDAGraph's shape for faults and capture counts, a memory probe whose readings the
+target sets). What each check proves on a GPU, through real graphs, is the GPU runs' business
+(test_own_graphs.py, test_broken_*.py)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from torch import Tensor
+
+from pytest_cudagraph.conformance import (
+    test_00_target,
+    test_01_parity,
+    test_02_no_baked_inputs,
+    test_03_owned_outputs,
+    test_07_guards,
+    test_08_lock_safety,
+    test_09_bounded_memory,
+    test_10_concurrency,
+    test_15_side_isolation,
+)
+from pytest_cudagraph.conformance.target import (
+    NEXT_CALL,
+    NEXT_CALL_OF_KEY,
+    SERIAL,
+    SINGLE,
+    CudaGraphTarget,
+    Tolerance,
+)
+from pytest_cudagraph.engines.captures import CaptureCounter
+from pytest_cudagraph.engines.faults import FaultInjector
+from pytest_cudagraph.engines.graph_faults import GraphFaults
+from pytest_cudagraph.engines.memory import MemorySample
+from pytest_cudagraph.engines.parity import ParityChecker, ParityResult
+from pytest_cudagraph.engines.units import MiB
+
+CPU = torch.device("cpu")
+KEYS = (2, 3, 4)  # rows of x, one key each
+
+
+def make_inputs(generator: torch.Generator, case: int) -> dict[str, Tensor]:
+    return {"x": torch.randn(KEYS[case % len(KEYS)], 4, generator=generator)}
+
+
+def double(inputs: dict[str, Tensor]) -> Tensor:
+    return inputs["x"] * 2
+
+
+def cpu_target(**changes: object) -> CudaGraphTarget:
+    """Three keys (x of 2, 3 or 4 rows); both sides double x."""
+    fields: dict[str, object] = dict(
+        device=CPU,
+        eager=double,
+        graphed=double,
+        make_inputs=make_inputs,
+        key_of=lambda inputs: inputs["x"].shape[0],
+        num_keys=len(KEYS),
+    )
+    return CudaGraphTarget(**{**fields, **changes})
+
+
+def run(check: Callable[..., None], target: CudaGraphTarget, **fixtures: object) -> list[str]:
+    """The check's figures; AssertionError (its verdict) propagates."""
+    figures: list[str] = []
+    check(target, **fixtures, record_figure=figures.append)
+    return figures
+
+
+def sample(inputs: dict[str, Tensor]) -> Tensor:
+    """Code that samples: noise from torch's global generator."""
+    return inputs["x"] + torch.rand(inputs["x"].shape)
+
+
+# Dry run and contract
+
+
+def test_the_dry_run_fails_a_target_whose_eager_side_raises_on_every_call() -> None:
+    run(test_00_target.test_dry_run, cpu_target())
+    with pytest.raises(
+        AssertionError, match=r"3 of 3 dry calls failed:\n\s*case 0: KeyError: 'ids'"
+    ):
+        run(test_00_target.test_dry_run, cpu_target(eager=lambda inputs: inputs["ids"]))
+
+
+def test_the_dry_run_calls_a_graphed_side_that_runs_on_the_cpu() -> None:
+    figures = run(test_00_target.test_dry_run, cpu_target())
+    assert figures == ["eager and graphed once on each of 3 keys (graphed runs without CUDA)"]
+    with pytest.raises(AssertionError, match=r"case 1: graphed: output at index \(0, 0\)"):
+        run(test_00_target.test_dry_run, cpu_target(graphed=lambda inputs: inputs["x"] * 3))
+    assert run(test_00_target.test_dry_run, cpu_target(graphed=None)) == [
+        "eager once on each of 3 keys"
+    ]
+
+
+def test_the_dry_run_fails_an_eager_side_no_seed_reaches() -> None:
+    own = torch.Generator().manual_seed(0)
+    unseeded = cpu_target(eager=lambda inputs: inputs["x"] + torch.rand(1, generator=own))
+    with pytest.raises(AssertionError, match=r"is not reproducible under one seed"):
+        run(test_00_target.test_dry_run, unseeded)
+    run(test_00_target.test_dry_run, cpu_target(eager=sample, graphed=sample))  # seeded: alike
+
+
+def test_the_dry_run_fails_a_contract_that_does_not_fit_the_outputs() -> None:
+    with pytest.raises(AssertionError, match=r"tolerance names parts \['logits'\] of an output"):
+        run(test_00_target.test_dry_run, cpu_target(tolerance={"logits": Tolerance(atol=1)}))
+    pair = cpu_target(
+        eager=lambda inputs: {"logits": inputs["x"]},
+        graphed=lambda inputs: {"logits": inputs["x"]},
+        real_part=lambda inputs: {"cache": slice(0, 1)},
+    )
+    with pytest.raises(AssertionError, match=r"real_part names part 'cache', not in the output"):
+        run(test_00_target.test_dry_run, pair)
+    too_many = replace(pair, real_part=lambda inputs: (0, 0, 0))
+    with pytest.raises(AssertionError, match=r"real_part does not index the output"):
+        run(test_00_target.test_dry_run, too_many)
+
+
+def test_the_contract_check_takes_a_billion_keys_without_drawing_them_all() -> None:
+    def keyed(generator: torch.Generator, case: int) -> dict[str, object]:
+        return {"x": torch.randn(2, generator=generator), "key": case % 10**9}
+
+    target = cpu_target(make_inputs=keyed, key_of=lambda inputs: inputs["key"], num_keys=10**9)
+    figures = run(test_00_target.test_target_contract, target)
+    assert figures[0].startswith("64 of 1000000000 keys;")
+    assert run(test_00_target.test_dry_run, target) == [
+        "eager and graphed once on each of 64 keys (graphed runs without CUDA)"
+    ]
+
+
+def test_real_shapes_may_vary_inside_a_key_from_case_to_case_not_from_draw_to_draw() -> None:
+    def rows_by_case(generator: torch.Generator, case: int) -> dict[str, Tensor]:
+        return {"x": torch.randn(1 + case % 2, 4, generator=generator)}  # one key, 1 or 2 rows
+
+    by_case = cpu_target(make_inputs=rows_by_case, key_of=lambda inputs: 0, num_keys=1)
+    figure = run(test_00_target.test_target_contract, by_case)[0]
+    assert figure.endswith("over 4 draws of 1 cases; shapes vary inside 1 of them")
+
+    def rows_by_draw(generator: torch.Generator, case: int) -> dict[str, Tensor]:
+        rows = int(torch.randint(1, 4, (), generator=generator))
+        return {"x": torch.randn(rows, 4, generator=generator)}
+
+    by_draw = replace(by_case, make_inputs=rows_by_draw)
+    with pytest.raises(AssertionError, match=r"changes shape or dtype between draws"):
+        run(test_00_target.test_target_contract, by_draw)
+
+
+# Comparing checks: one seed for both sides
+
+
+def test_the_comparing_checks_seed_both_sides_alike_so_sampling_code_passes() -> None:
+    sampler = cpu_target(eager=sample, graphed=sample)
+    run(test_02_no_baked_inputs.test_no_baked_inputs, sampler)
+    run(test_15_side_isolation.test_side_isolation, sampler)
+    figures = run(test_10_concurrency.test_concurrency, sampler)
+    assert "one call at a time (its answers depend on torch's generators)" in figures[0]
+
+
+# Owned outputs: what the target declares
+
+
+class StaticOutputs:
+    """A graphed side that hands out one static buffer per key (``per_key``) or one for all."""
+
+    def __init__(self, per_key: bool) -> None:
+        self.per_key = per_key
+        self.buffers: dict[int, Tensor] = {}
+
+    def __call__(self, inputs: dict[str, Tensor]) -> Tensor:
+        x = inputs["x"]
+        slot = x.shape[0] if self.per_key else 0
+        buffer = self.buffers.setdefault(slot, torch.empty(max(KEYS), 4))
+        buffer[: x.shape[0]] = x * 2
+        return buffer[: x.shape[0]]
+
+
+@pytest.mark.parametrize(
+    ("per_key", "lifetime", "passes"),
+    [
+        (True, "owned", False),  # its next replay overwrites it
+        (True, NEXT_CALL_OF_KEY, True),
+        (False, NEXT_CALL_OF_KEY, False),  # a call of another key overwrites it
+        (False, NEXT_CALL, True),
+    ],
+)
+def test_owned_outputs_checks_the_lifetime_the_target_declares(
+    per_key: bool, lifetime: str, passes: bool
+) -> None:
+    target = cpu_target(graphed=StaticOutputs(per_key), output_lifetime=lifetime)
+    if passes:
+        figures = run(test_03_owned_outputs.test_owned_outputs, target)
+        assert figures[0].startswith(f"outputs {lifetime}: kept over 4 ")
+    else:
+        with pytest.raises(AssertionError, match=r"kept output changed"):
+            run(test_03_owned_outputs.test_owned_outputs, target)
+
+
+def test_with_one_key_valid_until_its_next_call_means_valid_until_the_next_call() -> None:
+    one_key = cpu_target(graphed=StaticOutputs(True), output_lifetime=NEXT_CALL_OF_KEY, num_keys=1)
+    figures = run(test_03_owned_outputs.test_owned_outputs, one_key)
+    assert figures[0].startswith("outputs next call of its key: kept over 4 eager calls")
+
+
+def test_parity_compares_each_part_within_its_tolerance_over_the_real_rows() -> None:
+    def padded(noise: float) -> Callable[[dict[str, Tensor]], dict[str, Tensor]]:
+        def call(inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+            x = inputs["x"]
+            junk = torch.full((max(KEYS) - x.shape[0], 4), 99.0)
+            return {"logits": torch.cat([x * 2 + noise, junk]), "cache": x.clone()}
+
+        return call
+
+    results: list[ParityResult] = []
+    target = cpu_target(
+        eager=lambda inputs: {"logits": inputs["x"] * 2, "cache": inputs["x"]},
+        graphed=padded(1e-4),
+        tolerance={"logits": Tolerance(atol=1e-3)},
+        real_part=lambda inputs: {"logits": slice(0, inputs["x"].shape[0])},
+    )
+    assert [(t, parts) for t, parts in test_01_parity.tolerance_groups(target)] == [
+        (Tolerance(atol=1e-3), ["logits"]),
+        (Tolerance(), ["cache"]),
+    ]
+    checker = ParityChecker(CPU, on_result=results.append)
+    run(test_01_parity.test_parity, target, graph_parity=checker)
+    assert [result.ok for result in results] == [True, True]
+    results.clear()
+    run(test_01_parity.test_parity, replace(target, graphed=padded(1e-2)), graph_parity=checker)
+    assert [result.ok for result in results] == [False, True]  # logits beyond 1e-3, cache exact
+
+
+# Guards: declared refusals
+
+
+def assert_guard() -> None:
+    assert False, "Caches must be initialized first"  # noqa: B011 (a guard written as an assert)
+
+
+def test_an_assert_refuses_a_mode_where_the_target_declares_assertion_error() -> None:
+    modes = {"no KV cache": (assert_guard, "Caches must")}
+    declared = cpu_target(unsupported_modes=modes, refusal_errors=(AssertionError,))
+    assert run(test_07_guards.test_guards, declared) == ["1 of 1 unsupported modes refused clearly"]
+    with pytest.raises(
+        AssertionError,
+        match=r"AssertionError\('Caches must be initialized first.*'\) is not one of the target's refusal_errors \(ValueError, TypeError, RuntimeError\)",
+    ):
+        run(test_07_guards.test_guards, cpu_target(unsupported_modes=modes))
+
+
+# Side isolation: state shared by both sides
+
+
+def test_side_isolation_fails_a_graphed_side_that_reads_what_only_eager_writes() -> None:
+    state = torch.zeros(max(KEYS), 4)
+
+    def eager(inputs: dict[str, Tensor]) -> Tensor:
+        state[: inputs["x"].shape[0]] = inputs["x"]
+        return state[: inputs["x"].shape[0]] * 2
+
+    def graphed(inputs: dict[str, Tensor]) -> Tensor:  # forgets to write x into the state
+        return state[: inputs["x"].shape[0]] * 2
+
+    shared = cpu_target(eager=eager, graphed=graphed)
+    results: list[ParityResult] = []
+    run(
+        test_01_parity.test_parity,
+        shared,
+        graph_parity=ParityChecker(CPU, on_result=results.append),
+    )
+    assert results[0].ok  # eager, then graphed, on the same inputs: parity cannot tell
+    with pytest.raises(AssertionError, match=r"key 2, graphed right after eager on other inputs"):
+        run(test_15_side_isolation.test_side_isolation, shared)
+
+
+# Concurrency: the declared threading model
+
+
+def test_a_single_threaded_target_skips_concurrency_saying_so() -> None:
+    with pytest.raises(pytest.skip.Exception, match=r"single-threaded \(threads='single'\)"):
+        run(test_10_concurrency.test_concurrency, cpu_target(threads=SINGLE))
+
+
+class ThreadBound:
+    """Graphed code that works only on the thread it was built on (per-thread state)."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+
+    def __call__(self, inputs: dict[str, Tensor]) -> Tensor:
+        if threading.get_ident() != self.thread:
+            raise RuntimeError("called from another thread than the one that built it")
+        return double(inputs)
+
+
+class Racy:
+    """Graphed code with one static buffer and no lock: a call between another's write and read
+    gives that one the wrong answer."""
+
+    def __init__(self) -> None:
+        self.buffer = torch.zeros(max(KEYS), 4)
+        self.barrier = threading.Barrier(2, timeout=5)
+
+    def __call__(self, inputs: dict[str, Tensor]) -> Tensor:
+        x = inputs["x"]
+        self.buffer[: x.shape[0]] = x
+        try:
+            self.barrier.wait()  # two threads in the call at once
+        except threading.BrokenBarrierError:
+            pass
+        return self.buffer[: x.shape[0]] * 2
+
+
+def test_concurrency_holds_the_target_to_the_threads_it_declares() -> None:
+    with pytest.raises(AssertionError, match=r"called from another thread"):
+        run(test_10_concurrency.test_concurrency, cpu_target(graphed=ThreadBound(), threads=SERIAL))
+    with pytest.raises(AssertionError, match=r"threaded results differ"):
+        run(test_10_concurrency.test_concurrency, cpu_target(graphed=Racy()))
+    figures = run(test_10_concurrency.test_concurrency, cpu_target(graphed=Racy(), threads=SERIAL))
+    assert "one call at a time (threads='serial')" in figures[0]
+
+
+# Lock safety at torch's graph API, with a stand-in of torch.cuda.CUDAGraph
+
+
+class StandInGraph:
+    """torch.cuda.CUDAGraph's shape: a replay needs a completed capture, reset drops it."""
+
+    def __init__(self) -> None:
+        self.captured = False
+
+    def capture_begin(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def capture_end(self) -> None:
+        self.captured = True
+
+    def replay(self) -> None:
+        if not self.captured:
+            raise RuntimeError("replay without a preceding successful capture")
+
+    def reset(self) -> None:
+        self.captured = False
+
+
+class StandInCache:
+    """A per-key graph cache on the stand-in graphs, under a lock; ``early`` caches the entry
+    before its capture ends, ``leaky_lock`` releases the lock only when the call succeeds."""
+
+    def __init__(self, early: bool = False, leaky_lock: bool = False) -> None:
+        self.lock = threading.Lock()
+        self.graphs: dict[int, StandInGraph] = {}
+        self.early, self.leaky_lock = early, leaky_lock
+
+    def __call__(self, inputs: dict[str, Tensor]) -> Tensor:
+        key = inputs["x"].shape[0]
+        if self.leaky_lock:
+            self.lock.acquire()
+            output = self.run(key, inputs)
+            self.lock.release()
+            return output
+        with self.lock:
+            return self.run(key, inputs)
+
+    def run(self, key: int, inputs: dict[str, Tensor]) -> Tensor:
+        if key not in self.graphs:
+            graph = StandInGraph()
+            if self.early:
+                self.graphs[key] = graph
+            graph.capture_begin()
+            graph.capture_end()
+            self.graphs[key] = graph
+        self.graphs[key].replay()
+        return double(inputs)
+
+
+def cache_target(cache: StandInCache) -> CudaGraphTarget:
+    return cpu_target(graphed=cache, lock=cache.lock, cached_keys=lambda: list(cache.graphs))
+
+
+def lock_safety(target: CudaGraphTarget) -> list[str]:
+    return run(
+        test_08_lock_safety.test_lock_safety,
+        target,
+        fault_injector=FaultInjector(),
+        torch_graph_faults=GraphFaults(StandInGraph),
+    )
+
+
+def test_lock_safety_injects_faults_at_torchs_graph_api_when_the_target_names_none() -> None:
+    figures = lock_safety(cache_target(StandInCache()))
+    assert figures == [
+        "faults at capture_begin, capture_end, replay (torch's graph API): lock, entries, next "
+        "call checked"
+    ]
+    with pytest.raises(AssertionError, match=r"capture_begin: the lock was still held"):
+        lock_safety(cache_target(StandInCache(leaky_lock=True)))
+    with pytest.raises(AssertionError) as early:
+        lock_safety(cache_target(StandInCache(early=True)))
+    for stage in ("capture_begin", "capture_end"):  # a key cached before its capture ended
+        assert f"{stage}: the failed call left keys [" in str(early.value)
+        assert f"{stage}: next call raised RuntimeError: replay without a preceding" in str(
+            early.value
+        )
+    assert "replay: " not in str(early.value)
+
+
+def test_lock_safety_reports_stages_no_call_reaches_and_fails_when_none_is() -> None:
+    cache = StandInCache()
+    for rows in KEYS:  # captured up front, as a runner does at start-up
+        cache({"x": torch.zeros(rows, 4)})
+    figures = lock_safety(cpu_target(graphed=cache))
+    assert figures == [
+        "faults at capture_begin, capture_end, replay (torch's graph API): next call checked; "
+        "not reached: capture_begin, capture_end"
+    ]
+    with pytest.raises(AssertionError, match=r"no call reached torch's graph API"):
+        lock_safety(cpu_target())
+
+
+# Memory over a long run, with a probe whose readings the target sets
+
+
+class CountedMemory:
+    """Stands for the device memory probe: the process holds what the target says it does."""
+
+    def __init__(self) -> None:
+        self.bytes = 1024 * MiB
+
+    def reading(self) -> MemorySample:
+        return MemorySample(self.bytes, 0, 0)
+
+    def sample(self) -> MemorySample:
+        return self.reading()
+
+    def young_sample(self) -> MemorySample:
+        return self.reading()
+
+    def sample_within(self, limit_bytes: int) -> MemorySample:
+        return self.reading()
+
+
+class MemoryCache:
+    """An LRU of ``capacity`` stand-in graphs of 64 MiB each (``evicts``: or it keeps them all
+    while saying so), and ``leak`` bytes left behind by every call."""
+
+    def __init__(
+        self, memory: CountedMemory, capacity: int, evicts: bool = True, leak: int = 0
+    ) -> None:
+        self.memory, self.capacity, self.evicts, self.leak = memory, capacity, evicts, leak
+        self.graphs: dict[int, StandInGraph] = {}
+
+    def __call__(self, inputs: dict[str, Tensor]) -> Tensor:
+        key = inputs["x"].shape[0]
+        if key not in self.graphs:
+            graph = StandInGraph()
+            graph.capture_begin()
+            graph.capture_end()
+            self.graphs[key] = graph
+            self.memory.bytes += 64 * MiB
+            if self.evicts and len(self.graphs) > self.capacity:
+                del self.graphs[next(iter(self.graphs))]
+                self.memory.bytes -= 64 * MiB
+        self.graphs[key] = self.graphs.pop(key)
+        self.graphs[key].replay()
+        self.memory.bytes += self.leak
+        return double(inputs)
+
+
+def long_run(**cache: object) -> list[str]:
+    memory = CountedMemory()
+    target = cpu_target(graphed=MemoryCache(memory, **cache), capacity=cache["capacity"])
+    return run(
+        test_09_bounded_memory.test_memory_over_a_long_run,
+        target,
+        device_memory=memory,
+        capture_counter=CaptureCounter(StandInGraph),
+    )
+
+
+def test_memory_over_a_long_run_needs_no_reset_and_judges_the_declared_capacity() -> None:
+    figures = long_run(capacity=2)
+    assert figures == [
+        "2 rounds over 3 keys after 3 warm-up rounds (+128 MiB, not judged): peak +0 MiB of "
+        "256 MiB; 3 captures per round, capacity 2"
+    ]
+    with pytest.raises(AssertionError, match=r"memory grew by 300 MiB over 2 more rounds"):
+        long_run(capacity=3, leak=50 * MiB)
+    with pytest.raises(AssertionError, match=r"captured 0 graphs per round, fewer than the 1"):
+        long_run(capacity=2, evicts=False)
+
+
+def test_the_docs_give_the_checks_own_numbers() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "conformance.md").read_text(encoding="utf-8")
+    memory = test_09_bounded_memory
+    threads = test_10_concurrency
+    for phrase in (
+        f"each key (up to {test_00_target.MAX_KEYS})",
+        f"{test_01_parity.CASES} cases on up to {test_01_parity.MAX_KEYS} keys",
+        f"{memory.SHAPES} calls (cases 0 to {memory.SHAPES - 1}",
+        f"+ {memory.SLACK_MIB} MiB",
+        f"graph_memory_bound({memory.RESET_BOUND_MIB})",
+        f"after {memory.WARM_ROUNDS} warm-up rounds over up to {memory.LONG_RUN_KEYS} keys",
+        f"{memory.JUDGED_ROUNDS} more rounds of the same keys",
+        f"{threads.THREADS} threads x {threads.CALLS_PER_THREAD} calls on {threads.KEYS} keys",
+        f"up to {test_08_lock_safety.KEYS} keys, {test_08_lock_safety.ROUNDS} rounds",
+        f"on each of up to {test_15_side_isolation.KEYS} keys",
+    ):
+        assert phrase in docs, phrase
