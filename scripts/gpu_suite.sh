@@ -88,11 +88,11 @@ run conformance-kv --pyargs pytest_cudagraph.conformance --cudagraph-target reas
 run conformance-lean --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn-lean
 # The own-graphs examples (docs/own-graphs.md) and the foreign target (the hand-written example)
 # live in tests/conformance, the README's quick start in tests/project/quickstart.
-PYTHONPATH=tests/conformance run conformance-compiled --pyargs pytest_cudagraph.conformance \
+PYTHONPATH=tests/conformance run conformance-decode-step --pyargs pytest_cudagraph.conformance \
     --cudagraph-target examples.decode_step_target:make_target
-PYTHONPATH=tests/conformance run conformance-graphed --pyargs pytest_cudagraph.conformance \
+PYTHONPATH=tests/conformance run conformance-graphed-layer --pyargs pytest_cudagraph.conformance \
     --cudagraph-target examples.graphed_layer_target:make_target
-PYTHONPATH=tests/conformance run conformance-runner --pyargs pytest_cudagraph.conformance \
+PYTHONPATH=tests/conformance run conformance-bucket-runner --pyargs pytest_cudagraph.conformance \
     --cudagraph-target examples.bucket_runner_target:make_target
 PYTHONPATH=tests/conformance run conformance-foreign --pyargs pytest_cudagraph.conformance \
     --cudagraph-target foreign:make_target

@@ -13,6 +13,7 @@ import torch
 
 from pytest_cudagraph import results
 from pytest_cudagraph.conformance import suite
+from pytest_cudagraph.conformance.progress import CheckProgress, check_progress
 from pytest_cudagraph.conformance.support import forget_last_failure, lock_was_held
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 
@@ -65,3 +66,9 @@ def record_figure(request: pytest.FixtureRequest) -> suite.FigureRecorder:
     """Record the figure behind this check's verdict for the table: its text, and the numbers
     behind it by name (``record_figure(text, peak_mib=...)``), which scripts read."""
     return functools.partial(suite.record_figure, request.node)
+
+
+@pytest.fixture
+def progress(request: pytest.FixtureRequest) -> CheckProgress:
+    """Where a long check is, said on the terminal now and then (quiet under -q)."""
+    return check_progress(request)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable
 import pytest
 import torch
 
-from pytest_cudagraph.conformance.progress import check_progress
+from pytest_cudagraph.conformance.progress import CheckProgress
 from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.conformance.support import case_in_key, draw, eager_call, kept, parts_of, real
 from pytest_cudagraph.conformance.target import (
@@ -34,9 +34,8 @@ def test_parity(
     target: CudaGraphTarget,
     graph_parity: ParityChecker,
     record_figure: FigureRecorder,
-    request: pytest.FixtureRequest,
+    progress: CheckProgress,
 ) -> None:
-    progress = check_progress(request)
     key_count = min(MAX_KEYS, target.num_keys)
     per_key = -(-CASES // key_count)
     cases = [case_in_key(target, k, j) for k in range(key_count) for j in range(per_key)]

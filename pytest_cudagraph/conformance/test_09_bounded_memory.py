@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_cudagraph.conformance.progress import check_progress
+from pytest_cudagraph.conformance.progress import CheckProgress
 from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.conformance.support import case_in_key, draw, skip_without
 from pytest_cudagraph.conformance.target import CudaGraphTarget
@@ -49,9 +49,8 @@ def test_bounded_memory(
     target: CudaGraphTarget,
     device_memory: DeviceMemoryProbe,
     record_figure: FigureRecorder,
-    request: pytest.FixtureRequest,
+    progress: CheckProgress,
 ) -> None:
-    progress = check_progress(request)
     skip_without(target, "capacity", "largest_case", "reset")
     largest_inputs = draw(target, target.largest_case, seed=0)
     cold = device_memory.sample().process_bytes

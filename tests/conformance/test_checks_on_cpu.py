@@ -6,6 +6,7 @@ target sets). What each check proves on a GPU, through real graphs, is the GPU r
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -69,6 +70,8 @@ def cpu_target(**changes: object) -> CudaGraphTarget:
 def run(check: Callable[..., None], target: CudaGraphTarget, **fixtures: object) -> list[str]:
     """The check's figures; AssertionError (its verdict) propagates."""
     figures: list[str] = []
+    if "progress" in inspect.signature(check).parameters:
+        fixtures.setdefault("progress", lambda where: None)
     check(target, **fixtures, record_figure=figures.append)
     return figures
 

@@ -137,7 +137,8 @@ def test_only_the_real_part_of_each_output_is_compared() -> None:
     target = sampling_target(real_part=lambda inputs: rows)
     assert differences(target, {}, eager, padded) == []
     assert sorted(differences(sampling_target(), {}, eager, padded)) == [
-        "output['cache'] at index (3, 1): max |diff| 5 over 1 of 8 elements",
+        "output['cache'] at index (3, 1): eager 0, graphed 5 (|diff| 5, rel inf; tolerance exact); "
+        "1 of 8 elements differ, largest |diff| 5",
         "output['logits']: shape (2, 3) in eager, (4, 3) in graphed",
     ]
     every_tensor = sampling_target(real_part=lambda inputs: slice(0, 2))
@@ -155,10 +156,12 @@ def test_each_part_is_compared_within_its_own_tolerance() -> None:
     close = {"logits": torch.full((2,), 0.05), "cache": torch.zeros(2)}
     assert differences(target, {}, expected, close) == []
     assert differences(target, {}, expected, {**close, "cache": torch.full((2,), 0.05)}) == [
-        "output['cache'] at index (0,): max |diff| 0.05 over 2 of 2 elements"
+        "output['cache'] at index (0,): eager 0, graphed 0.0500000007 (|diff| 0.05, rel inf; "
+        "tolerance exact); 2 of 2 elements differ, largest |diff| 0.05"
     ]
     assert differences(target, {}, expected, {**close, "logits": torch.ones(2)}) == [
-        "output['logits'] at index (0,): max |diff| 1 over 2 of 2 elements"
+        "output['logits'] at index (0,): eager 0, graphed 1 (|diff| 1, rel inf; tolerance atol 0.1, "
+        "rtol 0); 2 of 2 elements differ, largest |diff| 1"
     ]
     assert differences(target, {}, expected, {"logits": torch.zeros(2)}) == [
         "output: keys ['cache'] only in eager, [] only in graphed"
@@ -181,5 +184,6 @@ def test_an_eager_output_is_copied_so_the_graphed_side_cannot_change_it() -> Non
 
     target = sampling_target(eager=eager, graphed=graphed)
     assert judged(target, lambda: {"x": torch.ones(4)}, 0) == [
-        "output at index (0,): max |diff| 1 over 4 of 4 elements"
+        "output at index (0,): eager 2, graphed 3 (|diff| 1, rel 0.5; tolerance exact); 4 of 4 "
+        "elements differ, largest |diff| 1"
     ]

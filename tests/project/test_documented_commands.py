@@ -35,7 +35,9 @@ COMMAND = re.compile(r"^(?:\$ )?(?:(?:pytest|python3?|bash|tox|mkdir)(?:\s|$)|[A
 FENCE = re.compile(r"^\s*```(\w*)\s*$")
 SHELL_FENCES = {"", "bash", "sh", "shell", "console"}
 # Modules a command names that stand for the reader's own code; the copy gets a stand-in.
-STAND_INS = ("my_graphs", "mypkg.graphs", "compiled_target")
+STAND_INS = ("mypkg.graphs", "decode_step_target")
+# The README's quick start: the reader's files, as tests/project/quickstart holds them.
+QUICKSTART = ROOT / "tests" / "project" / "quickstart"
 # The parts of the tree the commands read (a command writing into reports/ gets it made).
 COPIED = ("pytest_cudagraph", "reasyn_ref", "tests", "scripts", "benchmarks")
 COPIED_FILES = ("conftest.py", "pyproject.toml", "tox.ini")
@@ -182,6 +184,10 @@ def check(argv):
     tool, *args = argv
     if tool == "pytest" or args[:2] == ["-m", "pytest"]:
         args = args[2:] if tool != "pytest" else args
+        # Each documented pytest is its own process for its reader: forget the test modules an
+        # earlier call imported (two test_my_model.py, say, would clash in one process).
+        for name in [name for name in sys.modules if name.startswith("test_")]:
+            del sys.modules[name]
         code = pytest.main([*args, "--collect-only", "-q", "-p", "no:cacheprovider"])
         return code in (0, 5), f"pytest exit {int(code)}"
     if tool == "python" and args[:1] == ["-c"]:
@@ -227,6 +233,8 @@ def check_pip(args):
             if not next(values).startswith("https://"):
                 return False, f"{arg} is not an https URL"
         elif arg.startswith("-"):
+            continue
+        elif arg.startswith((".", "/")):  # a local folder or wheel: the reader's clone
             continue
         else:
             Requirement(arg)
@@ -279,6 +287,8 @@ def scratch_tree(root: Path, into: Path) -> Path:
         path = into.joinpath(*module.split(".")).with_suffix(".py")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("from reasyn_ref.targets.reference import make_target  # a stand-in\n")
+    for path in QUICKSTART.glob("*.py"):
+        shutil.copy2(path, into / path.name)
     baselines = into / "benchmarks" / "baseline"
     committed = next(baselines.glob("*/baseline.json"))
     (baselines / stack_id()).mkdir(exist_ok=True)
