@@ -37,8 +37,7 @@ TARGET_SPEC = pytest.StashKey[str | None]()
 def pytest_configure(config: pytest.Config) -> None:
     if settings.SNAPSHOT not in config.stash:  # the core plugin is disabled (-p no:...)
         return
-    chosen = settings.snapshot(config).value(settings.TARGET)
-    spec = None if chosen is None else str(chosen)
+    spec = settings.snapshot(config).value(settings.TARGET)
     if spec is not None:  # loaded now, so that a bad one is a usage error before the run
         target.load_factory(spec, search_paths=(config.rootpath, config.invocation_params.dir))
     config.stash[TARGET_SPEC] = spec
