@@ -39,7 +39,10 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     spec = settings.snapshot(config).value(settings.TARGET)
     if spec is not None:  # loaded now, so that a bad one is a usage error before the run
-        target.load_factory(spec, search_paths=(config.rootpath, config.invocation_params.dir))
+        try:
+            target.load_factory(spec, search_paths=(config.rootpath, config.invocation_params.dir))
+        except target.TargetError as error:
+            raise pytest.UsageError(str(error)) from None
     config.stash[TARGET_SPEC] = spec
     table = ConformanceTable(spec)
     config.pluginmanager.register(table, "cudagraph-conformance-table")
