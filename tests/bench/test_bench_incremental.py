@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from bench_workloads import SAMPLE_BATCHES, benchmark_sampling, endless_decoder, needs_cuda
+from bench_workloads import SAMPLE_BATCHES, benchmark_sampling, endless_decoder
 
+from pytest_cudagraph.skips import needs_cuda
 from reasyn_ref import ARSampler, Decoder, KVSampler
 from reasyn_ref.kv_graphs import StepGraphCache
 

@@ -1,7 +1,7 @@
 """The layout's rules, read from the source with ``ast`` (only the version is imported): each module sits
 in one wing, imports only the wings below it, never a private name of another module, and the
 imports make no cycle; no two modules share a name; docs/architecture.md shows the wings as
-they are."""
+they are. And a fact repeated across the tree (the missing-GPU skip, bytes per MiB) has one home."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from packaging.version import Version
 
 import pytest_cudagraph
+from pytest_cudagraph.skips import NEEDS_CUDA
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("pytest_cudagraph", "reasyn_ref")
@@ -414,3 +415,92 @@ def test_the_readmes_layout_names_only_what_is_there() -> None:
     named = [line.split()[0] for line in block.splitlines() if line.startswith("    ")]
     assert named and all((ROOT / path).exists() for path in named)
     assert "docs/architecture.md" in block
+
+
+# One home for each fact repeated across the tree
+
+
+def own_cuda_skips(tree: ast.AST) -> Iterator[int]:
+    """Lines of a skip of its own for a missing GPU: a ``skipif(not torch.cuda.is_available())``
+    or a reason that starts like the one mark's."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        condition = ast.unparse(node.args[0]) if node.args else ""
+        reasons = [k.value for k in node.keywords if k.arg == "reason"]
+        reason = reasons[0].value if reasons and isinstance(reasons[0], ast.Constant) else ""
+        skipif = ast.unparse(node.func).endswith("skipif")
+        if skipif and condition == "not torch.cuda.is_available()":
+            yield node.lineno
+        elif isinstance(reason, str) and reason.startswith(NEEDS_CUDA.split(":")[0] + ":"):
+            yield node.lineno
+
+
+def test_a_missing_gpu_skips_through_the_one_needs_cuda_mark() -> None:
+    """pytest_cudagraph.skips holds the mark and its reason; a test that needs two GPUs says so
+    in a reason of its own."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in every_file()
+        if path != ROOT / "pytest_cudagraph" / "skips.py"
+        for line in own_cuda_skips(ast.parse(path.read_text()))
+    ]
+    assert not found
+
+
+def factors(node: ast.AST) -> list[ast.AST]:
+    """The operands of a chain of ``*``, ``512 * 1024 * 1024`` giving three."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return [*factors(node.left), *factors(node.right)]
+    return [node]
+
+
+def unit_spellings(tree: ast.AST) -> Iterator[str]:
+    """Bytes per KiB, MiB or GiB written out (``MiB =``, ``1024 * 1024``, ``2**20``, ``1 << 20``,
+    1048576): the units module is their one home."""
+    inner = {
+        id(operand)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)
+        for operand in (node.left, node.right)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            names = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for name in names:
+                if isinstance(name, ast.Name) and name.id in ("KiB", "MiB", "GiB"):
+                    yield f"line {node.lineno}: {name.id} ="
+        if not isinstance(node, ast.BinOp | ast.Constant) or id(node) in inner:
+            continue
+        written = [ast.unparse(factor) for factor in factors(node)]
+        powers = {"2 ** 20", "2 ** 30", "1 << 20", "1 << 30", "1048576", "1073741824"}
+        if written.count("1024") >= 2 or powers & set(written):
+            yield f"line {node.lineno}: {ast.unparse(node)}"
+
+
+def test_sizes_in_bytes_come_from_the_units_module() -> None:
+    found = [
+        f"{path.relative_to(ROOT)} {use}"
+        for path in every_file()
+        if path != ROOT / "pytest_cudagraph" / "engines" / "units.py"
+        for use in unit_spellings(ast.parse(path.read_text()))
+    ]
+    assert not found
+
+
+def test_the_fact_rules_see_what_they_are_for() -> None:
+    sample = ast.parse(
+        "needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason='x')\n"
+        "pytest.mark.skipif(torch.cuda.is_available(), reason='checks the skip without CUDA')\n"
+        "pytest.skip(reason='needs CUDA: the examples are CUDA graphs')\n"
+        "pytest.mark.skipif(torch.cuda.device_count() < 2, reason='needs 2 CUDA devices')\n"
+        "MiB = 1 << 20\n"
+        "block = torch.empty(512 * 1024 * 1024)\n"
+        "count = 16 * 1024\n"
+    )
+    assert list(own_cuda_skips(sample)) == [1, 3]
+    assert list(unit_spellings(sample)) == [
+        "line 5: MiB =",
+        "line 5: 1 << 20",
+        "line 6: 512 * 1024 * 1024",
+    ]
