@@ -504,3 +504,30 @@ def test_the_fact_rules_see_what_they_are_for() -> None:
         "line 5: 1 << 20",
         "line 6: 512 * 1024 * 1024",
     ]
+
+
+def test_the_reports_index_lists_exactly_the_reports_there() -> None:
+    """One report per kind, each linked from reports/README.md's first table."""
+    index = (ROOT / "reports" / "README.md").read_text().split("## Older reports")[0]
+    linked = set(re.findall(r"\]\(([^)]+)\)", index))
+    present = {path.name for path in (ROOT / "reports").iterdir()} - {"README.md"}
+    assert linked == present
+
+
+# Code and docs say what and why, never when (issue numbers and rounds belong in commits)
+
+WHEN = re.compile(r"\bissues? #?\d+|\bthis round\b|\bround \d+\b", re.IGNORECASE)
+
+
+def test_no_issue_numbers_or_rounds_in_docs_code_or_test_names() -> None:
+    pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "tests").glob("*.md")]
+    pages += [ROOT / "reasyn_ref" / "README.md", *every_file()]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in pages
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if WHEN.search(line) and path != Path(__file__).resolve()
+    ]
+    assert not found
+    assert WHEN.search("the goal of Issue 16") and WHEN.search("not run this round")
+    assert not WHEN.search("vLLM #14722: different results with graphs on and off")
