@@ -1,7 +1,8 @@
-"""The layout's rules, read from the source with ``ast`` (only the version is imported): each module sits
-in one wing, imports only the wings below it, never a private name of another module, and the
-imports make no cycle; no two modules share a name; docs/architecture.md shows the wings as
-they are. And a fact repeated across the tree (the missing-GPU skip, bytes per MiB) has one home."""
+"""The layout's rules, read from the source with ``ast`` (only the version is imported): each
+module sits in one wing and imports only the wings below it, never a private name of another
+module; the imports make no cycle; no two modules share a name; docs/architecture.md shows the
+wings as they are. And a fact repeated across the tree (the missing-GPU skip, bytes per MiB)
+has one home, and no page or module says when (an issue number, a round)."""
 
 from __future__ import annotations
 
