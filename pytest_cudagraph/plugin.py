@@ -14,9 +14,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from pytest_cudagraph.engines.faults import FaultInjector
 
 # One line per marker; its module holds the rest.
-FEATURES: tuple[type[MarkerFeature], ...] = (
+FEATURES: tuple[type[MarkerFeature[Any]], ...] = (
     ParityMarker,
     MemoryBoundMarker,
     PinnedStackMarker,
@@ -52,7 +52,7 @@ FIXTURES = frozenset(
         "cuda_benchmark",
     )
 )
-FEATURE_OBJECTS = pytest.StashKey[tuple[MarkerFeature, ...]]()
+FEATURE_OBJECTS = pytest.StashKey[tuple[MarkerFeature[Any], ...]]()
 BINDING = pytest.StashKey[devices.DeviceBinding]()
 USED_BY = pytest.StashKey[list[str]]()
 STRAY_CHECKS = pytest.StashKey[list[devices.StrayCheck]]()
@@ -224,10 +224,13 @@ def _cudagraph_marker_fixtures(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item,
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     test_report = yield
     if test_report.when == "call":
-        test_report.sections.extend(item.stash.get(SECTIONS, []))
+        sections = item.stash.get(SECTIONS, [])
+        test_report.sections.extend(sections)
     if item.stash.get(USES_PLUGIN, False):
         setattr(test_report, results.USES_PLUGIN, True)
     return test_report
@@ -267,7 +270,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if json_path.value is None or hasattr(session.config, "workerinput"):
         return
     try:
-        Path(str(json_path.value)).unlink(missing_ok=True)
+        json_path.value.unlink(missing_ok=True)
     except OSError as error:
         raise pytest.UsageError(
             f"{json_path.source}={str(json_path.value)!r}: cannot remove the results of an "
@@ -290,7 +293,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     json_path = snapshot.value(settings.JSON)
     if json_path is not None and not hasattr(config, "workerinput"):
-        config.stash[JSON_OUTCOME] = _write_results(session, Path(str(json_path)))
+        config.stash[JSON_OUTCOME] = _write_results(session, json_path)
 
 
 def _write_results(session: pytest.Session, path: Path) -> str:
@@ -298,9 +301,10 @@ def _write_results(session: pytest.Session, path: Path) -> str:
     written is said there, never raised: the run's own outcome stands)."""
     config = session.config
     end = results.session_end(session.exitstatus, _stopped(session))
+    records = config.stash[RECORDS]
     document = results.results_document(
         _sections(config),
-        config.stash[RECORDS],
+        records,
         results.stack_facts(),
         session=end,
         commit=results.commit_of(config.rootpath),
@@ -328,7 +332,7 @@ def _stopped(session: pytest.Session) -> str | None:
 def _sections(config: pytest.Config) -> list[results.Section]:
     """Every section of the session's results: each test's outcome, the registered ones,
     then the skips and the stray-context check."""
-    mode = str(settings.snapshot(config).value(settings.STRAY_CONTEXTS))
+    mode = settings.snapshot(config).value(settings.STRAY_CONTEXTS)
     checks = config.stash[STRAY_CHECKS]
     strays = results.Section(
         results.STRAY_CONTEXTS,
@@ -364,9 +368,11 @@ class _XdistHooks:
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
-    if not (config.stash[USED_BY] or config.stash[STRAY_CHECKS]):
+    used_by, stray_checks = config.stash[USED_BY], config.stash[STRAY_CHECKS]
+    if not (used_by or stray_checks):
         return
-    lines = results.summary_lines(_sections(config), config.stash[RECORDS])
+    records = config.stash[RECORDS]
+    lines = results.summary_lines(_sections(config), records)
     if lines:
         terminalreporter.write_sep("=", "cudagraph")
         for line in lines:

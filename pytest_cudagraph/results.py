@@ -102,7 +102,7 @@ class Record:
 
     kind: str
     nodeid: str
-    value: object
+    value: Any  # JSON-shaped, as it came through the report; its kind's section knows the shape
 
 
 def envelope(kind: str, value: object) -> tuple[str, dict[str, object]]:
@@ -236,7 +236,7 @@ class Section:
 
     name: str
     data: Callable[[Sequence[Record]], object | None]
-    lines: Callable[[object], list[str]] = lambda data: []
+    lines: Callable[[Any], list[str]] = lambda data: []  # takes what ``data`` gave
 
 
 SECTIONS = pytest.StashKey[list[Section]]()

@@ -21,11 +21,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
 
 import pytest
 from packaging.version import Version
 
 from pytest_cudagraph.engines import devices, rng, stack
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+    from typing_extensions import TypeForm
+
+    # What pytest's addini takes as an ini key's type: a tag, or (pytest 9.2) a type.
+    IniType: TypeAlias = Literal["args"] | TypeForm[bool | int | float | str]
+
+T = TypeVar("T")
 
 # pytest 9.2 takes type expressions (``int``, ``float | str``) for ini keys, so that a native
 # TOML number or list is accepted; older versions read every key here as a string.
@@ -106,20 +116,21 @@ def as_words(value: object) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class Setting:
+class Setting(Generic[T]):
     """One setting: ``--cudagraph-NAME``, env ``PYTEST_CUDAGRAPH_NAME``, ini ``cudagraph_NAME``.
 
     ``parse`` turns a given value (a string, or a native TOML value) into the setting's value
-    and raises ValueError for a bad one; ``ini_type`` is the ini key's type where pytest
-    supports typed keys.
+    of type ``T`` and raises ValueError for a bad one. ``default`` is written as a user would
+    give it and parsed the same way; a setting without one is None unless given, so its ``T``
+    includes None. ``ini_type`` is the ini key's type where pytest supports typed keys.
     """
 
     name: str
     help: str
+    parse: Callable[[object], T]
     default: str | None = None
     choices: tuple[str, ...] | None = None
-    parse: Callable[[object], object] = as_text
-    ini_type: object = str
+    ini_type: IniType = str
     metavar: str | None = None
 
     @property
@@ -153,7 +164,7 @@ def _device_index(value: object) -> int:
     return index
 
 
-DEVICE = Setting(
+DEVICE: Setting[int | None] = Setting(
     "device",
     "CUDA device this test process is bound to, as cuda:N or N (default: under xdist "
     "worker gwN the N-th visible GPU, else cuda:0)",
@@ -164,20 +175,29 @@ STACK = Setting(
     "stack",
     "pinned: pinned_stack tests skip unless the running stack matches the pinned one; "
     "any: run them anyway",
+    parse=as_text,
     default="pinned",
     choices=("pinned", "any"),
 )
+
+
+def parse_pinned_stack(value: object) -> dict[str, SpecifierSet]:
+    """Words such as python~=3.10.0 torch~=2.7.0, as a list or one string."""
+    return stack.parse_pinned_stack(as_words(value))
+
+
 PINNED_STACK = Setting(
     "pinned_stack",
     "the stack pinned_stack tests need, as words like python~=3.10.0 torch~=2.7.0 cuda~=11.8 "
     "(a component name followed by PEP 440 specifiers; quote a word with spaces)",
+    parse=parse_pinned_stack,
     default=" ".join(stack.DEFAULT_PINNED_STACK),
-    parse=lambda value: stack.parse_pinned_stack(as_words(value)),
     ini_type="args",
 )
 STRAY_CONTEXTS = Setting(
     "stray_contexts",
     "what to do when NVML shows this process on a GPU other than its own at session end",
+    parse=as_text,
     default="report",
     choices=("report", "fail"),
 )
@@ -185,11 +205,11 @@ SEED = Setting(
     "seed",
     "seed of the RNG under which cuda_graph_parity runs both sides, in "
     f"[0, 2**{MAX_SEED.bit_length()} - 1]",
-    default="0",
     parse=parse_seed,
+    default="0",
     ini_type=int | str if TYPED_INI else str,
 )
-CASE = Setting(
+CASE: Setting[int | None] = Setting(
     "case",
     "run only case K of each graph_parity.check (under seed + K), as a failure's rerun "
     "command does",
@@ -197,7 +217,7 @@ CASE = Setting(
     ini_type=int | str if TYPED_INI else str,
     metavar="K",
 )
-MEMORY_BOUND = Setting(
+MEMORY_BOUND: Setting[float | None] = Setting(
     "memory_bound",
     "bound for graph_memory_bound markers given without one: MiB, or a size such as 512MiB "
     "or 1.5GiB",
@@ -229,7 +249,7 @@ def parse_results_path(value: object) -> Path:
     return path
 
 
-JSON = Setting(
+JSON: Setting[Path | None] = Setting(
     "json",
     "write the session's cudagraph results (each test's outcome, parity, memory, conformance, "
     "stack, skips) to this JSON file; the file of an earlier run is removed when the session "
@@ -237,13 +257,14 @@ JSON = Setting(
     parse=parse_results_path,
     metavar="PATH",
 )
-TARGET = Setting(
+TARGET: Setting[str | None] = Setting(
     "target",
     "conformance target: an installed name (python -m pytest_cudagraph.conformance.target lists them) or "
     "module:factory (default: the one installed target)",
+    parse=as_text,
 )
 
-SETTINGS: tuple[Setting, ...] = (
+SETTINGS: tuple[Setting[Any], ...] = (
     DEVICE,
     STACK,
     PINNED_STACK,
@@ -257,10 +278,10 @@ SETTINGS: tuple[Setting, ...] = (
 
 
 @dataclass(frozen=True)
-class Resolved:
+class Resolved(Generic[T]):
     """A setting's value and where it came from (for messages and the report header)."""
 
-    value: object
+    value: T
     source: str
 
     @property
@@ -269,7 +290,7 @@ class Resolved:
         return self.source != "default"
 
 
-def add_to_parser(parser: pytest.Parser, setting: Setting) -> None:
+def add_to_parser(parser: pytest.Parser, setting: Setting[Any]) -> None:
     """Declare ``setting`` as a command-line option (default None) and an ini key."""
     help_text = setting.help + (f" (default: {setting.default})" if setting.default else "")
     parser.getgroup("cudagraph").addoption(
@@ -284,13 +305,12 @@ def add_to_parser(parser: pytest.Parser, setting: Setting) -> None:
     parser.addini(setting.ini, help=help_text, type=ini_type, default=None)
 
 
-def resolve(config: pytest.Config, setting: Setting, marker_value: object = None) -> Resolved:
-    """The value of ``setting`` by the precedence marker > command line > environment > ini.
+def _resolve(config: pytest.Config, setting: Setting[T]) -> Resolved[T | None]:
+    """The value of ``setting`` by the precedence command line > environment > ini > default
+    (a marker's value, where one is given, comes first: ``Snapshot.value``).
 
     Raises ``pytest.UsageError`` naming the source when a given value is invalid.
     """
-    if marker_value is not None:
-        return Resolved(marker_value, "marker")
     candidates = (
         (config.getoption(setting.dest, None), setting.option),
         (os.environ.get(setting.env) or None, setting.env),
@@ -304,12 +324,12 @@ def resolve(config: pytest.Config, setting: Setting, marker_value: object = None
     return Resolved(_parse(setting, setting.default, "default"), "default")
 
 
-def _ini_value(config: pytest.Config, setting: Setting) -> object:
+def _ini_value(config: pytest.Config, setting: Setting[Any]) -> object:
     value = config.getini(setting.ini)
     return None if value in (None, "", []) else value
 
 
-def _parse(setting: Setting, given: object, source: str) -> object:
+def _parse(setting: Setting[T], given: object, source: str) -> T:
     if setting.choices is not None and given not in setting.choices:
         raise pytest.UsageError(f"{source}={given!r}: choose one of {', '.join(setting.choices)}")
     try:
@@ -322,12 +342,12 @@ def _parse(setting: Setting, given: object, source: str) -> object:
 class Snapshot:
     """Every setting resolved once, at configure time (``snapshot(config)`` reads it back)."""
 
-    resolved: Mapping[str, Resolved] = field(default_factory=dict)
+    resolved: Mapping[str, Resolved[Any]] = field(default_factory=dict)
 
-    def __getitem__(self, setting: Setting) -> Resolved:
+    def __getitem__(self, setting: Setting[T]) -> Resolved[T]:
         return self.resolved[setting.name]
 
-    def value(self, setting: Setting, marker_value: object = None) -> object:
+    def value(self, setting: Setting[T], marker_value: T | None = None) -> T:
         """The marker's value where the marker gave one, else the session's."""
         return self[setting].value if marker_value is None else marker_value
 
@@ -341,7 +361,7 @@ SNAPSHOT = pytest.StashKey[Snapshot]()
 
 def take_snapshot(config: pytest.Config) -> Snapshot:
     """Resolve every setting (a bad value is a usage error now, not mid-run) and stash them."""
-    resolved = {setting.name: resolve(config, setting) for setting in SETTINGS}
+    resolved = {setting.name: _resolve(config, setting) for setting in SETTINGS}
     snapshot = config.stash[SNAPSHOT] = Snapshot(MappingProxyType(resolved))
     return snapshot
 

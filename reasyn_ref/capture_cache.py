@@ -12,12 +12,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import torch
 from torch import Tensor
 
 from .checks import check_int
+
+if TYPE_CHECKING:
+    from torch.cuda import _POOL_HANDLE as PoolHandle  # what graph_pool_handle() returns
 
 # "thread_local": only this thread's unsafe CUDA calls (a sync, a cudaMalloc) during a capture
 # are errors, so a sync hidden in the forward still fails loudly, while another thread touching
@@ -27,6 +30,7 @@ CAPTURE_ERROR_MODE = "thread_local"
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+T = TypeVar("T")
 
 
 class LRU(Generic[K, V]):
@@ -52,6 +56,10 @@ class LRU(Generic[K, V]):
         while len(self._items) > self.capacity:
             evicted.append(self._items.popitem(last=False))
         return evicted
+
+    def values(self) -> list[V]:
+        """Every item, oldest first, leaving the order as it is."""
+        return list(self._items.values())
 
     def pop_all(self) -> list[tuple[K, V]]:
         """Remove and return every item, oldest first."""
@@ -87,13 +95,21 @@ class CapturedEntry(Protocol):
     a ``release`` that destroys the graph and drops every reference to its memory."""
 
     graph: torch.cuda.CUDAGraph | None
-    pool: object
+    pool: PoolHandle | None
     logits: Tensor | None
 
     def release(self) -> None: ...
 
 
 E = TypeVar("E", bound=CapturedEntry)
+
+
+def live(part: T | None) -> T:
+    """A part of a cache entry (its graph, pool, a buffer, its output); RuntimeError once the
+    entry was released (evicted or cleared), which drops every part."""
+    if part is None:
+        raise RuntimeError("this graph entry was released: use an entry only while it is cached")
+    return part
 
 
 def check_capture_settings(cache: str, capacity: int, warmups: int) -> None:
@@ -173,8 +189,8 @@ class CaptureCache(Generic[K, E]):
         caller_stream = torch.cuda.current_stream()
         try:
             with torch.cuda.graph(
-                entry.graph,
-                pool=entry.pool,
+                live(entry.graph),
+                pool=live(entry.pool),
                 stream=self.side_stream,
                 capture_error_mode=CAPTURE_ERROR_MODE,
             ):
@@ -186,7 +202,7 @@ class CaptureCache(Generic[K, E]):
     def replay_graph(self, entry: E) -> None:
         """Replay the entry's graph on the current stream and count it in ``stats.replays``: the
         one place a replay happens, so the count is of replays that ran."""
-        entry.graph.replay()
+        live(entry.graph).replay()
         self.stats.replays += 1
 
     # --- entries -----------------------------------------------------------------------------
@@ -225,7 +241,7 @@ class CaptureCache(Generic[K, E]):
             if torch.cuda.is_current_stream_capturing():
                 # The error that brought us here is the one to report.
                 with contextlib.suppress(RuntimeError):
-                    entry.graph.capture_end()
+                    live(entry.graph).capture_end()
         self._release([entry])
 
     def _release(self, entries: list[E]) -> None:

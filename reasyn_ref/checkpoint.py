@@ -28,7 +28,7 @@ from .model import LAYERS, Decoder, Encoder, skeleton
 FORMAT_VERSION = 1
 
 # kind stored in the file -> (model class, config class)
-KINDS = {
+KINDS: dict[str, tuple[type[Decoder | Encoder], type[DecoderConfig | EncoderConfig]]] = {
     "decoder": (Decoder, DecoderConfig),
     "encoder": (Encoder, EncoderConfig),
 }
@@ -124,13 +124,13 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Decoder | Encoder:
     kind = payload["kind"]
     if not isinstance(kind, str) or kind not in KINDS:
         raise ValueError(f"{path} has kind {kind!r}; expected one of {sorted(KINDS)}")
-    model_class, config_class = KINDS[kind]
+    config_class = KINDS[kind][1]
     try:
         config = config_class.from_dict(payload["config"])
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path} holds an invalid {kind} config: {exc}") from exc
     check_state_dict(path, payload["state_dict"], config)
-    model = model_class(config)
+    model = Decoder(config) if isinstance(config, DecoderConfig) else Encoder(config)
     model.load_state_dict(payload["state_dict"])
     return model.eval()
 

@@ -8,6 +8,7 @@ import math
 import numbers
 import operator
 from collections.abc import Sequence
+from typing import SupportsIndex
 
 import torch
 from torch import Tensor
@@ -95,6 +96,8 @@ def token_id(value: object) -> int:
     """An int token id (a Python or numpy int, not a bool); TypeError otherwise."""
     if isinstance(value, bool):
         raise TypeError("a bool is not a token id")
+    if not isinstance(value, SupportsIndex):
+        raise TypeError(f"a token id must be an int, got {type(value).__name__}")
     return operator.index(value)
 
 

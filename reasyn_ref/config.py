@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from .checks import check_int
 
@@ -19,6 +19,8 @@ class _TransformerConfig:
     """What the decoder's and the encoder's configs share: the width checks and the dict form
     stored in checkpoints."""
 
+    # Every subclass is a dataclass (what dataclasses.asdict and fields need).
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
     d_model: int
     nhead: int
     max_len: int
@@ -98,7 +100,7 @@ class EncoderConfig(_TransformerConfig):
         return cls(d_model=32, nhead=4, dim_feedforward=64, num_layers=2)
 
 
-def _check_types(config: object) -> None:
+def _check_types(config: _TransformerConfig) -> None:
     """Every field has its annotated type: an int field takes no bool or float (``2.5`` or
     ``True`` as a token id would load, and a float end token would never be sampled)."""
     for f in dataclasses.fields(config):

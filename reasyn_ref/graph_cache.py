@@ -28,17 +28,21 @@ copy on the device's current stream.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from .bucketing import SEQ_BUCKET, is_batch_bucket, is_seq_bucket
-from .capture_cache import CaptureCache, check_capture_settings
+from .capture_cache import CaptureCache, check_capture_settings, live
 from .checks import check_bool, check_device
 from .config import DecoderConfig
 from .lean import LeanDecoder
 from .model import Decoder, ar_step_logits, step_context, with_bf16_matmul_weights
 from .step import ARStep, GraphKey
+
+if TYPE_CHECKING:
+    from .capture_cache import PoolHandle
 
 MEMORY_BUCKET = SEQ_BUCKET
 
@@ -51,7 +55,7 @@ class GraphEntry:
 
     key: GraphKey
     graph: torch.cuda.CUDAGraph | None
-    pool: object
+    pool: PoolHandle | None
     tokens: Tensor | None
     memory: Tensor | None
     memory_padding_mask: Tensor | None
@@ -149,7 +153,7 @@ class GraphCache(CaptureCache[GraphKey, GraphEntry]):
     def static_step(self, entry: GraphEntry) -> Tensor:
         """The eager step's forward on the entry's static inputs: what warm-ups run and the
         capture records."""
-        memory = entry.memory.expand(entry.key.batch, -1, -1)  # a view; no-op for per-row memory
+        memory = live(entry.memory).expand(entry.key.batch, -1, -1)  # a view; no-op per row
         # The lean step is bf16 throughout; the exact one runs under bf16 autocast.
         with step_context(self.device, bf16=not self.lean):
             return self._graph_decoder(
@@ -158,16 +162,16 @@ class GraphCache(CaptureCache[GraphKey, GraphEntry]):
 
     def replay(self, entry: GraphEntry, step: ARStep) -> None:
         """Refresh every static input from ``step``, then replay, on the current stream."""
-        entry.tokens.copy_(step.tokens)
-        entry.memory.copy_(step.memory[:1] if entry.key.shared_memory else step.memory)
-        if step.memory_padding_mask is not None:
-            entry.memory_padding_mask.copy_(step.memory_padding_mask)
-        entry.gather.copy_(step.gather)
+        live(entry.tokens).copy_(step.tokens)
+        live(entry.memory).copy_(step.memory[:1] if entry.key.shared_memory else step.memory)
+        if step.memory_padding_mask is not None:  # the key has a mask: so has the entry
+            live(entry.memory_padding_mask).copy_(step.memory_padding_mask)
+        live(entry.gather).copy_(step.gather)
         self.replay_graph(entry)
 
     def copy_out(self, entry: GraphEntry, rows: int) -> Tensor:
         """The real rows as fp32 in fresh memory: the static output is rewritten by every replay."""
-        return entry.logits[:rows].to(torch.float32, copy=True)
+        return live(entry.logits)[:rows].to(torch.float32, copy=True)
 
     def new_entry(self, key: GraphKey) -> GraphEntry:
         # Zeros are valid inputs (token id 0, gather 0, no padding) for the warm-ups.

@@ -155,7 +155,7 @@ class KVDecoder:
             x = x + layer.self_attn.out_proj(self._merge_heads(attended))
             x = self._cross_and_feed_forward(layer, x, cross, buffers.cross_mask)
         last = torch.take_along_dim(x, gather.view(-1, 1, 1), dim=1).squeeze(1)
-        return self.decoder.head(self.decoder.transformer.norm(last))
+        return self.decoder.head(self.decoder.final_norm(last))
 
     @torch.no_grad()
     def step(self, buffers: StepBuffers) -> Tensor:
@@ -188,7 +188,7 @@ class KVDecoder:
             )
             x = x + layer.self_attn.out_proj(self._merge_heads(attended))
             x = self._cross_and_feed_forward(layer, x, cross, buffers.cross_mask)
-        return self.decoder.head(self.decoder.transformer.norm(x.squeeze(1)))
+        return self.decoder.head(self.decoder.final_norm(x.squeeze(1)))
 
     def check_buffers(self, buffers: StepBuffers) -> None:
         """Shapes, dtypes and device of ``buffers`` against this decoder (no host sync)."""
@@ -200,7 +200,8 @@ class KVDecoder:
         """Queries, keys and values [Bb, T, d] of ``norm1(x)``: the packed in-projection."""
         attn = layer.self_attn
         packed = F.linear(layer.norm1(x), attn.in_proj_weight, attn.in_proj_bias)
-        return packed.chunk(3, dim=-1)
+        queries, keys, values = packed.chunk(3, dim=-1)
+        return queries, keys, values
 
     def _cross_and_feed_forward(
         self, layer: nn.TransformerDecoderLayer, x: Tensor, cross: Tensor, cross_mask: Tensor
@@ -232,13 +233,28 @@ class KVDecoder:
 
 
 class StepSlot(Protocol):
-    """A set of buffers claimed for one target, and the step that runs on them."""
+    """A set of buffers claimed for one target, and the step that runs on them; ``buffers`` is
+    None once the slot was released (a graph's, evicted), which ``claimed`` refuses."""
 
-    buffers: StepBuffers
+    @property
+    def buffers(self) -> StepBuffers | None: ...
 
     def step(self, rows: int) -> Tensor:
         """fp32 logits [rows, vocab] of one step on the buffers, a tensor of its own."""
         ...
+
+
+class StepSource(Protocol):
+    """Where a sampler claims a slot per target: ``EagerSteps`` or ``StepGraphCache``."""
+
+    def claim(self, key: StepKey) -> contextlib.AbstractContextManager[StepSlot]: ...
+
+
+def claimed(slot: StepSlot) -> StepBuffers:
+    """The buffers of ``slot``; RuntimeError for a slot used past its claim."""
+    if slot.buffers is None:
+        raise RuntimeError("this step slot was released: use a slot only inside its claim")
+    return slot.buffers
 
 
 class EagerSteps:

@@ -22,14 +22,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from .capture_cache import CaptureCache, check_capture_settings
+from .capture_cache import CaptureCache, check_capture_settings, live
 from .checks import check_int
-from .kv_decoder import KVDecoder, StepBuffers, StepKey, StepSlot, check_step_key
+from .kv_decoder import KVDecoder, StepBuffers, StepKey, StepSlot, check_step_key, claimed
 from .model import step_context
+
+if TYPE_CHECKING:
+    from .capture_cache import PoolHandle
 
 
 @dataclass(eq=False)
@@ -38,7 +42,7 @@ class StepGraph:
 
     cache: StepGraphCache
     graph: torch.cuda.CUDAGraph | None
-    pool: object
+    pool: PoolHandle | None
     buffers: StepBuffers | None
     logits: Tensor | None = None
 
@@ -46,9 +50,9 @@ class StepGraph:
         """Replay on the buffers as they are now; fp32 logits [rows, vocab] of their own."""
         if self.graph is None:
             raise RuntimeError("this step graph was released: use a slot only inside its claim")
-        check_int("rows", rows, minimum=1, maximum=self.buffers.key.batch, label="Bb")
+        check_int("rows", rows, minimum=1, maximum=claimed(self).key.batch, label="Bb")
         self.cache.replay(self)
-        return self.logits[:rows].to(torch.float32, copy=True)
+        return live(self.logits)[:rows].to(torch.float32, copy=True)
 
     def release(self) -> None:
         if self.graph is not None:
@@ -101,8 +105,8 @@ class StepGraphCache(CaptureCache[StepKey, StepGraph]):
         writes cover what its steps read); this is for callers that want none of a finished
         target's data left on the device."""
         with self.lock, torch.cuda.device(self.device):
-            for key in self.entries.keys():  # oldest first, so that get() keeps the LRU order
-                buffers = self.entries.get(key).buffers
+            for entry in self.entries.values():
+                buffers = claimed(entry)
                 for tensor in (buffers.inputs, buffers.cache, buffers.cross, buffers.cross_mask):
                     tensor.zero_()
 
@@ -115,7 +119,7 @@ class StepGraphCache(CaptureCache[StepKey, StepGraph]):
     def static_step(self, entry: StepGraph) -> Tensor:
         """The bf16 step on the entry's buffers: what warm-ups run and the capture records."""
         with step_context(self.device, bf16=True):
-            return self.kv.step(entry.buffers)
+            return self.kv.step(claimed(entry))
 
     def replay(self, entry: StepGraph) -> None:
         """Run ``entry``'s graph once on its buffers as they are, on the current stream."""

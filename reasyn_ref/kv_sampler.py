@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from .bucketing import bucket_seq
-from .kv_decoder import EagerSteps, KVDecoder, StepBuffers, StepKey
+from .kv_decoder import EagerSteps, KVDecoder, StepBuffers, StepKey, StepSource, claimed
 from .model import Decoder, step_context, with_bf16_matmul_weights
 from .sampler import SampleCall, TargetSampler, check_graph_settings, pad_memory, pad_rows
 
@@ -58,6 +58,7 @@ class KVSampler(TargetSampler):
             check_graph_settings(batched=True, bucket=True, bf16=self.bf16, device=self.device)
         on_gpu_in_bf16 = self.bf16 and self.device.type == "cuda"
         self.kv = KVDecoder(with_bf16_matmul_weights(decoder) if on_gpu_in_bf16 else decoder)
+        self.steps: StepSource
         if self.cudagraph:
             from .kv_graphs import StepGraphCache  # only graph runs need it
 
@@ -77,9 +78,10 @@ class KVSampler(TargetSampler):
         )
         key = StepKey(tokens.shape[0], bucket_seq(max_len, self.config.max_len), memory.shape[1])
         with self.steps.claim(key) as slot:
+            buffers = claimed(slot)
             with step_context(self.device, self.bf16):
-                self.kv.load_target(slot.buffers, memory, memory_padding_mask)
-                logits = self.kv.prefill(slot.buffers, *self.stage_inputs(tokens, gather))
+                self.kv.load_target(buffers, memory, memory_padding_mask)
+                logits = self.kv.prefill(buffers, *self.stage_inputs(tokens, gather))
             logits = logits[:rows].to(torch.float32, copy=True)
             active = [not self._finished(seq, max_len) for seq in sequences]
             while True:
@@ -89,7 +91,7 @@ class KVSampler(TargetSampler):
                         active[i] = not self._finished(sequences[i], max_len)
                 if not any(active):
                     return sequences
-                self._stage_step(slot.buffers, sequences)
+                self._stage_step(buffers, sequences)
                 logits = slot.step(rows)
 
     def _stage_step(self, buffers: StepBuffers, sequences: list[list[int]]) -> None:

@@ -140,12 +140,14 @@ class LeanDecoder(nn.Module):
         layers = decoder.transformer.layers
         self.embed = _frozen(decoder.embed.weight, dtype)
         self.positions = _frozen(decoder.positions, dtype)
-        self.layers = nn.ModuleList(LeanLayer(layer, dtype) for layer in layers)
+        lean_layers = [LeanLayer(layer, dtype) for layer in layers]
+        self.layers = nn.ModuleList(lean_layers)  # registered: moved and listed with the model
+        self.lean_layers = lean_layers  # the same layers, typed as what they are
         # Every layer's cross-attention key and value rows stacked [layers * 2 d, d]: one matmul.
         cross = [layer.multihead_attn for layer in layers]
         self.cross_kv_w = _frozen(torch.cat([m.in_proj_weight[d:] for m in cross]), dtype)
         self.cross_kv_b = _frozen(torch.cat([m.in_proj_bias[d:] for m in cross]), dtype)
-        final = decoder.transformer.norm
+        final = decoder.final_norm
         self.final_w, self.final_b = _frozen(final.weight, dtype), _frozen(final.bias, dtype)
         self.final_eps = final.eps
         head = [m for m in decoder.head if isinstance(m, nn.Linear)]
@@ -172,7 +174,7 @@ class LeanDecoder(nn.Module):
             )
         h = F.embedding(tokens, self.embed) + self.positions[:length]  # [B, L, d]
         cross_k, cross_v, cross_mask = self.cross_inputs(memory, memory_padding_mask, batch)
-        *layers, last = self.layers
+        *layers, last = self.lean_layers
         for i, layer in enumerate(layers):
             h = layer(h, cross_k[i], cross_v[i], cross_mask)
         h = last.forward_at(h, gather, cross_k[-1], cross_v[-1], cross_mask).squeeze(1)  # [B, d]
@@ -189,9 +191,9 @@ class LeanDecoder(nn.Module):
         shared = batch > 1 and memory.stride(0) == 0
         rows = memory[:1] if shared else memory
         kv = F.linear(rows.to(self.dtype), self.cross_kv_w, self.cross_kv_b)  # [1 or B, M, ...]
-        per_layer = kv.expand(batch, -1, -1).chunk(len(self.layers), dim=-1)
+        per_layer = kv.expand(batch, -1, -1).chunk(len(self.lean_layers), dim=-1)
         keys, values = [], []
-        for layer, layer_kv in zip(self.layers, per_layer, strict=True):
+        for layer, layer_kv in zip(self.lean_layers, per_layer, strict=True):
             k, v = layer_kv.chunk(2, dim=-1)
             keys.append(layer.heads(k))
             values.append(layer.heads(v))

@@ -79,6 +79,9 @@ def _layer_options(config: DecoderConfig | EncoderConfig) -> dict:
 class Decoder(nn.Module):
     """Token embedding + positions -> pre-norm TransformerDecoder -> MLP head at one position."""
 
+    positions: Tensor  # [max_len, d] sinusoidal table (a buffer)
+    causal: Tensor  # [max_len, max_len] additive causal mask (a buffer)
+
     def __init__(self, config: DecoderConfig) -> None:
         if not isinstance(config, DecoderConfig):
             raise TypeError(f"config must be a DecoderConfig, got {type(config).__name__}")
@@ -96,6 +99,14 @@ class Decoder(nn.Module):
             nn.ReLU(),
             nn.Linear(2 * d, config.vocab_size),
         )
+
+    @property
+    def final_norm(self) -> nn.LayerNorm:
+        """The LayerNorm closing the transformer (always built; torch types it optional)."""
+        norm = self.transformer.norm
+        if not isinstance(norm, nn.LayerNorm):
+            raise TypeError(f"the decoder's transformer has no final LayerNorm, got {norm!r}")
+        return norm
 
     def forward(
         self,
@@ -231,7 +242,8 @@ def seeded_init(
         # (attention zeroes its output projection's bias).
         for module in reversed(list(model.modules())):
             _draw_parameters(module, generator)
-    return model.to(draw_on).eval()
+    model.to(draw_on).eval()  # both in place, as for every module
+    return model
 
 
 class _FillsSkipped(TorchFunctionMode):
@@ -278,6 +290,8 @@ def _draw_parameters(module: nn.Module, generator: torch.Generator) -> None:
 
 class Encoder(nn.Module):
     """SMILES tokens -> memory for the decoder, once per target."""
+
+    positions: Tensor  # [max_len, d] sinusoidal table (a buffer)
 
     def __init__(self, config: EncoderConfig, d_model: int | None = None) -> None:
         if not isinstance(config, EncoderConfig):

@@ -274,7 +274,7 @@ class WorkerPool:
                     self._fail(worker, None, f"failed to start:\n{details}")
                 del starting[worker]
 
-    def _send(self, worker: int, message: bytes, index: int) -> None:
+    def _send(self, worker: int, message: memoryview, index: int) -> None:
         try:
             self._connections[worker].send_bytes(message)
         except OSError:
@@ -413,7 +413,7 @@ def _worker_main(settings: _WorkerSettings, gpu: int, lock: Any, connection: Con
         connection.send_bytes(answer)
 
 
-def _pickled_job(call: int, index: int, job: SampleJob) -> bytes:
+def _pickled_job(call: int, index: int, job: SampleJob) -> memoryview:
     """The message that sends job ``index`` of map call ``call``, pickled as the pipe would."""
     try:
         return ForkingPickler.dumps((call, index, job))

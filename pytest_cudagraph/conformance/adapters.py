@@ -166,14 +166,17 @@ def compiled(
         _check_flag("dynamic", dynamic)
     with_graphs, without_graphs = _compile_options(mode, options)
     graphed_code, eager_code, graphed_model, eager_model = _sides(original, model, share_state)
-    settings = dict(fullgraph=fullgraph, dynamic=dynamic)
     if device.type != "cuda":  # no CUDA graphs here: the graphed side runs the twin's code
-        graphed_step = torch.compile(graphed_code, **settings, **without_graphs)
+        graphed_step = torch.compile(
+            graphed_code, fullgraph=fullgraph, dynamic=dynamic, **without_graphs
+        )
     elif fn is not original:
         graphed_step = fn  # the user's own compile line
     else:
-        graphed_step = torch.compile(graphed_code, **settings, **with_graphs)
-    eager_step = torch.compile(eager_code, **settings, **without_graphs)
+        graphed_step = torch.compile(
+            graphed_code, fullgraph=fullgraph, dynamic=dynamic, **with_graphs
+        )
+    eager_step = torch.compile(eager_code, fullgraph=fullgraph, dynamic=dynamic, **without_graphs)
     limit = 2 * len(keys) + 2  # both sides of every key, and a spare for each
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, limit)
     run = call or _default_call

@@ -37,10 +37,12 @@ TARGET_SPEC = pytest.StashKey[str | None]()
 def pytest_configure(config: pytest.Config) -> None:
     if settings.SNAPSHOT not in config.stash:  # the core plugin is disabled (-p no:...)
         return
-    chosen = settings.snapshot(config).value(settings.TARGET)
-    spec = None if chosen is None else str(chosen)
+    spec = settings.snapshot(config).value(settings.TARGET)
     if spec is not None:  # loaded now, so that a bad one is a usage error before the run
-        target.load_factory(spec, search_paths=(config.rootpath, config.invocation_params.dir))
+        try:
+            target.load_factory(spec, search_paths=(config.rootpath, config.invocation_params.dir))
+        except target.TargetError as error:
+            raise pytest.UsageError(str(error)) from None
     config.stash[TARGET_SPEC] = spec
     table = ConformanceTable(spec)
     config.pluginmanager.register(table, "cudagraph-conformance-table")

@@ -12,7 +12,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import torch
@@ -22,15 +22,19 @@ from pytest_cudagraph.conformance.target import (
     CudaGraphTarget,
     Inputs,
     Part,
+    RealIndex,
+    TargetError,
     Tolerance,
     build_target,
     missing_field_reason,
+    not_given_reason,
 )
 from pytest_cudagraph.engines import devices, rng, trees
 from pytest_cudagraph.engines.faults import FaultInjector
 from pytest_cudagraph.engines.parity import compare_outputs
 
 DEFAULT_POOL = (0, 0)  # the caching allocator's own pool; graphs get private ones
+T = TypeVar("T")
 
 
 def skip_without(target: CudaGraphTarget, *fields: str) -> None:
@@ -38,6 +42,20 @@ def skip_without(target: CudaGraphTarget, *fields: str) -> None:
     reason = missing_field_reason(target, *fields)
     if reason is not None:
         pytest.skip(reason)
+
+
+def needed(value: T | None, field: str) -> T:
+    """The target's optional ``field``, whose value is ``value``; the check skips without it."""
+    if value is None:
+        pytest.skip(not_given_reason([field]))
+    return value
+
+
+def graphed_path(target: CudaGraphTarget) -> Callable[[Inputs], Any]:
+    """The target's graphed path, which only a target away from CUDA may leave out."""
+    if target.graphed is None:
+        raise TargetError(None, f"graphed is None on {target.device}; only CUDA needs it")
+    return target.graphed
 
 
 def lock_was_held(target: CudaGraphTarget) -> bool:
@@ -102,7 +120,7 @@ def graphed_call(target: CudaGraphTarget, inputs: Inputs, seed: int) -> Any:
     """The graphed side on ``inputs`` under ``seed``, as an output the caller may keep: copied
     right away unless the target's outputs are owned."""
     with rng.seeded(target.device, seed):
-        return kept(target, target.graphed(inputs))
+        return kept(target, graphed_path(target)(inputs))
 
 
 def kept(target: CudaGraphTarget, output: Any) -> Any:
@@ -150,7 +168,7 @@ def real(target: CudaGraphTarget, inputs: Inputs, output: object) -> object:
     return chosen if isinstance(output, Mapping) else _like(output, chosen.values())
 
 
-def _indexed(value: object, index: object) -> object:
+def _indexed(value: object, index: RealIndex) -> object:
     if isinstance(value, torch.Tensor):
         return value[index]
     if isinstance(value, Mapping):

@@ -35,9 +35,11 @@ import traceback
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from pytest_cudagraph.engines.faults import LockLike
 
 if TYPE_CHECKING:
     import torch
@@ -71,14 +73,6 @@ Part = Hashable
 # What ``real_part`` gives: an index of a tensor (a slice, an int, a tuple of them) for every
 # tensor of the output, or such an index per part.
 RealIndex = Any
-
-
-class LockLike(Protocol):
-    """A lock any thread may release (threading.Lock, multiprocessing.Lock; not an RLock): a
-    check that finds it held after a fault releases it, so that the checks after it can run."""
-
-    def acquire(self, blocking: bool = ..., /) -> bool: ...
-    def release(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -220,8 +214,9 @@ CALLABLE_FIELDS = (
 )
 
 
-class TargetError(pytest.UsageError):
-    """A conformance target that cannot be loaded or does not follow the protocol."""
+class TargetError(Exception):
+    """A conformance target that cannot be loaded or does not follow the protocol (a usage
+    error where the session chooses the target)."""
 
     def __init__(self, spec: str | None, problem: str) -> None:
         subject = f"conformance target {spec!r}" if spec else "conformance target"
@@ -545,9 +540,12 @@ def _described(error: BaseException) -> str:
 def missing_field_reason(target: CudaGraphTarget, *names: str) -> str | None:
     """A skip reason when any of ``names`` is None on the target, else None."""
     missing = [name for name in names if getattr(target, name) is None]
-    if not missing:
-        return None
-    return f"the target does not give {', '.join(missing)} (an optional capability)"
+    return not_given_reason(missing) if missing else None
+
+
+def not_given_reason(names: Sequence[str]) -> str:
+    """The skip reason of a check that needs the optional fields ``names``."""
+    return f"the target does not give {', '.join(names)} (an optional capability)"
 
 
 def main() -> None:

@@ -13,7 +13,15 @@ import torch
 
 from pytest_cudagraph.conformance.progress import CheckProgress
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import case_in_key, draw, eager_call, kept, parts_of, real
+from pytest_cudagraph.conformance.support import (
+    case_in_key,
+    draw,
+    eager_call,
+    graphed_path,
+    kept,
+    parts_of,
+    real,
+)
 from pytest_cudagraph.conformance.target import (
     BIT_IDENTICAL,
     CudaGraphTarget,
@@ -52,7 +60,7 @@ def test_parity(
     for tolerance, parts in tolerance_groups(target):
         result = graph_parity.check(
             compared(target, target.eager, parts),
-            compared(target, lambda inputs: kept(target, target.graphed(inputs)), parts),
+            compared(target, lambda inputs: kept(target, graphed_path(target)(inputs)), parts),
             make_inputs,
             cases,
             atol=tolerance.atol,

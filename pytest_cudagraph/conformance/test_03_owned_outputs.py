@@ -16,6 +16,7 @@ from pytest_cudagraph.conformance.support import (
     draw,
     eager_call,
     graph_pool_of,
+    graphed_path,
     synchronize,
     tensors_in,
     tolerated,
@@ -42,7 +43,7 @@ def test_owned_outputs(target: CudaGraphTarget, record_figure: FigureRecorder) -
     first = draw(target, key_index, seed=0)
     expected = eager_call(target, draw(target, key_index, seed=0), SEED)
     with rng.seeded(target.device, SEED):
-        kept = target.graphed(first)  # as it is: the lifetime is what this check judges
+        kept = graphed_path(target)(first)  # as it is: the lifetime is what this check judges
     snapshot = [tensor.clone() for tensor in tensors_in(kept)]
     problems = [
         f"first call differs from eager: {d}" for d in differences(target, first, expected, kept)
@@ -54,9 +55,9 @@ def test_owned_outputs(target: CudaGraphTarget, record_figure: FigureRecorder) -
             other = case_in_key(target, (key_index + repeat) % target.num_keys, repeat)
             if other % target.num_keys == key_index:
                 other = case_in_key(target, (key_index + 1) % target.num_keys, repeat)
-            later.append(target.graphed(draw(target, other, seed=repeat)))
+            later.append(graphed_path(target)(draw(target, other, seed=repeat)))
         elif lifetime == OWNED:
-            later.append(target.graphed(draw(target, key_index, seed=repeat)))
+            later.append(graphed_path(target)(draw(target, key_index, seed=repeat)))
     synchronize(target.device)
     problems += [
         f"kept output changed: {d}" for d in tolerated(snapshot, tensors_in(kept), BIT_IDENTICAL)

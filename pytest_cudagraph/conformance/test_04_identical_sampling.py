@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import skip_without
+from pytest_cudagraph.conformance.support import needed
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.parity import compare_outputs
 from pytest_cudagraph.skips import needs_cuda
@@ -16,9 +16,9 @@ SEEDS = (0, 1)
 
 @needs_cuda
 def test_identical_sampling(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    skip_without(target, "sampler")
-    off = {seed: target.sampler(seed, False) for seed in SEEDS}
-    on = {seed: target.sampler(seed, True) for seed in SEEDS}
+    sampler = needed(target.sampler, "sampler")
+    off = {seed: sampler(seed, False) for seed in SEEDS}
+    on = {seed: sampler(seed, True) for seed in SEEDS}
     record_figure(
         f"graphs off vs on, seeds {', '.join(map(str, SEEDS))}: "
         f"{_count_tokens(list(off.values()))} tokens per side"

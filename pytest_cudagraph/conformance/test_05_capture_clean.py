@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import skip_without
+from pytest_cudagraph.conformance.support import needed
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.skips import needs_cuda
 
@@ -17,9 +17,9 @@ from pytest_cudagraph.skips import needs_cuda
 def forward(target: CudaGraphTarget) -> Callable[[], object]:
     """The target's forward, run once outside the check so that first-use setup (drawing its
     inputs, library handles) is not judged."""
-    skip_without(target, "capture_clean_forward")
-    target.capture_clean_forward()
-    return target.capture_clean_forward
+    forward = needed(target.capture_clean_forward, "capture_clean_forward")
+    forward()
+    return forward
 
 
 @needs_cuda

@@ -12,7 +12,7 @@ target named that no call reaches fails."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 
 import pytest
@@ -60,7 +60,11 @@ def test_lock_safety(
     record_figure: FigureRecorder,
 ) -> None:
     own = target.fault_points is not None
-    stages = declared_stages(target, fault_injector) if own else torch_stages(torch_graph_faults)
+    stages = (
+        declared_stages(target.fault_points, fault_injector)
+        if target.fault_points is not None
+        else torch_stages(torch_graph_faults)
+    )
     key_count = min(KEYS, target.num_keys)
     problems: list[str] = []
     unreached: list[str] = []
@@ -150,7 +154,9 @@ def after_fault(
     return problems
 
 
-def declared_stages(target: CudaGraphTarget, injector: FaultInjector) -> dict[str, Arm]:
+def declared_stages(
+    points: Mapping[str, tuple[object, str]], injector: FaultInjector
+) -> dict[str, Arm]:
     """The target's own fault points: (object, method name) made to raise."""
 
     def arm_at(owner: object, method: str) -> Arm:
@@ -164,7 +170,7 @@ def declared_stages(target: CudaGraphTarget, injector: FaultInjector) -> dict[st
 
         return arm
 
-    return {stage: arm_at(owner, method) for stage, (owner, method) in target.fault_points.items()}
+    return {stage: arm_at(owner, method) for stage, (owner, method) in points.items()}
 
 
 def torch_stages(faults: GraphFaults) -> dict[str, Arm]:

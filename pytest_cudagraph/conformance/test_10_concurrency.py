@@ -26,6 +26,7 @@ from pytest_cudagraph.conformance.support import (
     draws_random_numbers,
     eager_call,
     graphed_call,
+    graphed_path,
     kept,
 )
 from pytest_cudagraph.conformance.target import (
@@ -80,7 +81,7 @@ def test_concurrency(target: CudaGraphTarget, record_figure: FigureRecorder) -> 
     ]
     # Outputs valid until the next call of their key: calls of one key one at a time.
     per_key = not why_serial and target.output_lifetime == NEXT_CALL_OF_KEY
-    locks = collections.defaultdict(threading.Lock)
+    locks: dict[int | None, threading.Lock] = collections.defaultdict(threading.Lock)
     results: list[list[object]] = [[] for _ in range(THREADS)]
     errors: list[str] = []
     start_together = threading.Barrier(THREADS)
@@ -95,9 +96,9 @@ def test_concurrency(target: CudaGraphTarget, record_figure: FigureRecorder) -> 
                         output = graphed_call(target, inputs, seed_of(thread, call))
                 elif per_key:  # read before the next call of its key
                     with locks[case]:
-                        output = kept(target, target.graphed(inputs))
+                        output = kept(target, graphed_path(target)(inputs))
                 else:  # unseeded: nothing it computes depends on torch's generators
-                    output = target.graphed(inputs)
+                    output = graphed_path(target)(inputs)
                 results[thread].append(output)
         except Exception as error:
             errors.append(f"thread {thread}: {type(error).__name__}: {error}")

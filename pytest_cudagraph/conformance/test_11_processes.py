@@ -8,25 +8,25 @@ import multiprocessing
 import pytest
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import skip_without, tolerated
+from pytest_cudagraph.conformance.support import needed, tolerated
 from pytest_cudagraph.conformance.target import BIT_IDENTICAL, CudaGraphTarget
 from pytest_cudagraph.skips import needs_cuda
 
 
 @needs_cuda
 def test_worker_processes(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    skip_without(target, "run_workers")
-    results, expected = target.run_workers(2, False)
+    run_workers = needed(target.run_workers, "run_workers")
+    results, expected = run_workers(2, False)
     problems = tolerated(list(expected), list(results), BIT_IDENTICAL)
     record_figure(f"2 workers on one GPU, graphs off: {len(results)} jobs")
     assert not problems, "worker results differ from eager:\n" + "\n".join(problems)
 
 
 def test_worker_refusal(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    skip_without(target, "run_workers")
+    run_workers = needed(target.run_workers, "run_workers")
     children = set(multiprocessing.active_children())
     with pytest.raises(ValueError) as refused:
-        target.run_workers(2, True)
+        run_workers(2, True)
     started = set(multiprocessing.active_children()) - children
     assert not started, f"{len(started)} worker process(es) started before the refusal"
     record_figure(f"graphs with 2 workers per GPU refused: {refused.value}")

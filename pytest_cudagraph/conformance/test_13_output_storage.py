@@ -11,7 +11,7 @@ is."""
 from __future__ import annotations
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import case_in_key, draw
+from pytest_cudagraph.conformance.support import case_in_key, draw, graphed_path
 from pytest_cudagraph.conformance.target import NEXT_CALL, NEXT_CALL_OF_KEY, CudaGraphTarget
 from pytest_cudagraph.engines.parity import storage_overlaps
 from pytest_cudagraph.skips import needs_cuda
@@ -35,7 +35,7 @@ def test_output_storage(target: CudaGraphTarget, record_figure: FigureRecorder) 
             key = target.key_of(inputs)
             name = f"call {repeat * key_count + key_index} (key {key!r})"
             expected = target.eager(draw(target, case, seed=case))
-            output = target.graphed(inputs)
+            output = graphed_path(target)(inputs)
             earlier = {
                 what: value
                 for what, (earlier_key, value) in kept.items()

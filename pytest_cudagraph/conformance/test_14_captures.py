@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import case_in_key, draw, skip_without
+from pytest_cudagraph.conformance.support import case_in_key, draw, graphed_path, needed
 from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
 from pytest_cudagraph.engines.captures import CaptureCounter, replays_to_repay
 from pytest_cudagraph.skips import needs_cuda
@@ -27,19 +27,18 @@ TIMED_CALLS = 5
 
 @needs_cuda
 def test_captures(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    skip_without(target, "capacity")
-    key_count = min(MAX_KEYS, target.num_keys, target.capacity)
+    key_count = min(MAX_KEYS, target.num_keys, needed(target.capacity, "capacity"))
     with CaptureCounter() as counter:
         for repeat in range(ROUNDS):
             for key_index in range(key_count):
                 case = case_in_key(target, key_index, repeat)
                 inputs = draw(target, case, seed=case)
                 with counter.key(target.key_of(inputs)):
-                    target.graphed(inputs)
+                    graphed_path(target)(inputs)
         timed = draw(target, 0, seed=ROUNDS * target.num_keys)
         with counter.key(target.key_of(timed)):
             eager_s = seconds_per_call(target.eager, timed, target.device)
-            graph_s = seconds_per_call(target.graphed, timed, target.device)
+            graph_s = seconds_per_call(graphed_path(target), timed, target.device)
     captures = counter.captures
     figure = f"{ROUNDS} rounds over {key_count} keys: {len(captures)} captures"
     if captures:

@@ -18,7 +18,9 @@ from pytest_cudagraph.conformance.support import (
     case_in_key,
     draw,
     graphed_call,
+    graphed_path,
     judged,
+    needed,
     skip_without,
 )
 from pytest_cudagraph.conformance.target import CudaGraphTarget
@@ -55,19 +57,20 @@ def test_state_isolation(target: CudaGraphTarget, record_figure: FigureRecorder)
 
 @needs_cuda
 def test_state_reset(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    skip_without(target, "reset_state")
+    reset_state = needed(target.reset_state, "reset_state")
     # No more keys than the cache holds: an evicted key would be captured afresh.
     key_count = min(KEYS, target.num_keys, target.capacity or KEYS)
     keys = [case_in_key(target, key_index, 0) for key_index in range(key_count)]
     for case in keys:
-        target.graphed(draw(target, case, seed=case))
-    cached = set(target.cached_keys()) if target.cached_keys is not None else None
-    target.reset_state()
+        graphed_path(target)(draw(target, case, seed=case))
+    cached_keys = target.cached_keys
+    cached = set(cached_keys()) if cached_keys is not None else None
+    reset_state()
     problems = []
-    if cached is not None and set(target.cached_keys()) != cached:
+    if cached_keys is not None and cached is not None and set(cached_keys()) != cached:
         problems.append(
             f"reset_state() changed the cached keys from {sorted(map(repr, cached))} to "
-            f"{sorted(map(repr, target.cached_keys()))}: it must keep every graph"
+            f"{sorted(map(repr, cached_keys()))}: it must keep every graph"
         )
     for case in keys:
         later = case + target.num_keys

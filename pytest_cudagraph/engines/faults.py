@@ -11,8 +11,17 @@ import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 _MISSING = object()
+
+
+class LockLike(Protocol):
+    """A lock any thread may release (threading.Lock, multiprocessing.Lock; not an RLock): a
+    check that finds it held after a fault releases it, so that the checks after it can run."""
+
+    def acquire(self, blocking: bool = ..., /) -> bool: ...
+    def release(self) -> None: ...
 
 
 @dataclass
@@ -100,7 +109,7 @@ class FaultInjector:
         self.faults.append(fault)
         return fault
 
-    def assert_lock_free(self, lock: object, name: str | None = None) -> None:
+    def assert_lock_free(self, lock: LockLike, name: str | None = None) -> None:
         """Assert ``lock`` (threading or multiprocessing) can be taken without waiting.
 
         The attempt is made from another thread, so a re-entrant lock still held by this

@@ -20,9 +20,16 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 STAGES = ("capture_begin", "capture_end", "replay")
 _METHODS = (*STAGES, "reset")
+
+
+class Resettable(Protocol):
+    """What a faulty ``capture_end`` needs of the graph: ``reset()``."""
+
+    def reset(self) -> None: ...
 
 
 @dataclass
@@ -80,7 +87,7 @@ class GraphFaults:
                 first, fault.fired = not fault.fired, True
             return first
 
-        def faulty(graph: object, *args: object, **kwargs: object) -> object:
+        def faulty(graph: Resettable, *args: object, **kwargs: object) -> object:
             if fault.stage == "capture_end":
                 result = original(graph, *args, **kwargs)
                 if not fire():

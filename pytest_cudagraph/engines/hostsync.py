@@ -144,9 +144,9 @@ def _end_capture(graph: torch.cuda.CUDAGraph, index: int, pool: tuple[int, int])
         return ""
     except RuntimeError as raised:
         error = f"{type(raised).__name__}: {raised}"
-    stop_routing = getattr(torch._C, "_cuda_endAllocateToPool", None) or getattr(
-        torch._C, "_cuda_endAllocateCurrentStreamToPool", None
-    )
+    # The newer name, then the older one: every supported torch has one of the two.
+    names = ("_cuda_endAllocateToPool", "_cuda_endAllocateCurrentStreamToPool")
+    stop_routing = next(getattr(torch._C, name) for name in names if hasattr(torch._C, name))
     try:
         stop_routing(index, pool)
     except RuntimeError:  # already stopped by capture_end (torch 2.8 and later)

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_cudagraph.engines import rng, trees
 from pytest_cudagraph.engines.compare import (
@@ -217,7 +217,7 @@ class ParityChecker:
         self,
         eager: Callable[..., object],
         graphed: Callable[..., object],
-        make_inputs: Callable[[torch.Generator, object], object],
+        make_inputs: Callable[[torch.Generator, Any], object],  # takes what ``cases`` names
         cases: int | Iterable[object] = 8,
         *,
         rtol: float = 0.0,
@@ -377,7 +377,8 @@ class ParityChecker:
                         self._recording, self._recorded = None, {}
             off, on = recordings
             with host_syncs_allowed(self.device):
-                mismatches = self._shared_storage(*recorded, toggle)
+                recorded_off, recorded_on = recorded
+                mismatches = self._shared_storage(recorded_off, recorded_on, toggle)
                 mismatches += compare_outputs(
                     off, on, path="recorded", sides=(f"{toggle}=0", f"{toggle}=1")
                 )

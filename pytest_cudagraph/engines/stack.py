@@ -56,7 +56,7 @@ def parse_specifiers(component: str, text: str) -> SpecifierSet:
 def parse_pinned_stack(entries: Iterable[str]) -> dict[str, SpecifierSet]:
     """Parse entries like ``python~=3.10.0``; components not named are not pinned, and a
     component named twice is an error (which one should win is not the parser's guess)."""
-    pinned = {}
+    pinned: dict[str, SpecifierSet] = {}
     for entry in entries:
         match = re.fullmatch(r"\s*([a-z]+)\s*(.*)", entry)
         if match is None:

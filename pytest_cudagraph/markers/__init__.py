@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import pytest
 
@@ -29,23 +29,25 @@ from pytest_cudagraph import settings
 from pytest_cudagraph.results import Record, Section
 
 SECTIONS = pytest.StashKey[list[tuple[str, str]]]()
+M = TypeVar("M")  # a marker's parsed mark
 
 
 class MarkerArgumentError(Exception):
     """A marker's arguments broke its rule; reported as a collection error of the test."""
 
 
-class MarkerFeature:
-    """Base of the marker features; see the package docstring."""
+class MarkerFeature(Generic[M]):
+    """Base of the marker features, generic in the parsed mark; see the package docstring."""
 
-    function: ClassVar[Callable[..., object]]
+    # Returns an M; a ClassVar cannot name a type variable, so the base says Any.
+    function: ClassVar[Callable[..., Any]]
     fixtures: ClassVar[tuple[str, ...]] = ()
     results_key: ClassVar[str | None] = None  # the marker's key in the JSON results, if any
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.settings = settings.snapshot(config)
-        self.key = pytest.StashKey[object]()
+        self.key = pytest.StashKey[M]()
 
     @classmethod
     def name(cls) -> str:
@@ -56,10 +58,13 @@ class MarkerFeature:
         """The ``--markers`` line, from the marker function's signature and docstring."""
         parameters = inspect.signature(cls.function).parameters.values()
         arguments = ", ".join(f"{parameter.name}={parameter.default!r}" for parameter in parameters)
-        summary = " ".join(inspect.getdoc(cls.function).split("\n\n")[0].split())
+        doc = inspect.getdoc(cls.function)
+        if doc is None:
+            raise TypeError(f"marker function {cls.name()} needs a docstring: it is the help")
+        summary = " ".join(doc.split("\n\n")[0].split())
         return f"{cls.name()}({arguments}): {summary}" if arguments else f"{cls.name()}: {summary}"
 
-    def read(self, item: pytest.Item) -> object | None:
+    def read(self, item: pytest.Item) -> M | None:
         """The item's parsed mark (None when unmarked); MarkerArgumentError for bad arguments."""
         marker = item.get_closest_marker(self.name())
         if marker is None:
@@ -71,17 +76,17 @@ class MarkerFeature:
             message = str(error).removeprefix(f"{self.name()}() ")
             raise MarkerArgumentError(f"{self.name()} on {item.nodeid}: {message}") from None
 
-    def complete(self, mark: object) -> object:
+    def complete(self, mark: M) -> M:
         """Fill in what the mark leaves to the settings (ValueError if it cannot be)."""
         return mark
 
-    def collected(self, item: pytest.Item, mark: object) -> None:
+    def collected(self, item: pytest.Item, mark: M) -> None:
         """Collection-time work for a marked test (after every marker was read)."""
 
-    def mark_of(self, item: pytest.Item) -> object | None:
+    def mark_of(self, item: pytest.Item) -> M | None:
         return item.stash.get(self.key, None)
 
-    def set_up(self, request: pytest.FixtureRequest, mark: object) -> None:
+    def set_up(self, request: pytest.FixtureRequest, mark: M) -> None:
         """Before the body of a marked test: set up the fixtures the marker works through."""
         for name in self.fixtures:
             request.getfixturevalue(name)
@@ -90,7 +95,7 @@ class MarkerFeature:
         """This marker's results from the session's records (plain data)."""
         return None
 
-    def section_lines(self, data: object) -> list[str]:
+    def section_lines(self, data: Any) -> list[str]:
         """The terminal summary's lines of ``section_data``."""
         return []
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -51,7 +51,7 @@ def rerun_command(nodeid: str, seed: int, case: int | None) -> str:
     return command if case is None else f"{command} {settings.CASE.option}={case}"
 
 
-class ParityMarker(MarkerFeature):
+class ParityMarker(MarkerFeature[ParityMark]):
     function = staticmethod(cuda_graph_parity)
     results_key = "parity"
     fixtures = ("graph_parity",)
@@ -132,9 +132,9 @@ class ParityMarker(MarkerFeature):
             )
         return result
 
-    def section_data(self, records: Sequence[results.Record]) -> list[dict[str, object]]:
+    def section_data(self, records: Sequence[results.Record]) -> list[dict[str, Any]]:
         """Per test and form: the cases checked, those that matched and each failing case."""
-        totals: dict[tuple[str, str], dict[str, object]] = {}
+        totals: dict[tuple[str, str], dict[str, Any]] = {}
         for record in records:
             if record.kind == "parity":
                 value = record.value
@@ -153,7 +153,7 @@ class ParityMarker(MarkerFeature):
                 entry["failures"] += value["failures"]
         return list(totals.values())
 
-    def section_lines(self, data: object) -> list[str]:
+    def section_lines(self, data: list[dict[str, Any]]) -> list[str]:
         if not data:
             return []
         checked = sum(entry["checked"] for entry in data)

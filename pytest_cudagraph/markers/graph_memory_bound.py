@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -43,7 +43,7 @@ def graph_memory_bound(bound: float | str | None = None) -> MemoryBound:
         raise ValueError("bound must be a positive size, got an integer past 1.8e308") from None
 
 
-class MemoryBoundMarker(MarkerFeature):
+class MemoryBoundMarker(MarkerFeature[MemoryBound]):
     function = staticmethod(graph_memory_bound)
     results_key = "memory"
     fixtures = ("device_memory",)
@@ -57,7 +57,7 @@ class MemoryBoundMarker(MarkerFeature):
             raise ValueError(f"needs a bound, or a default from {settings.MEMORY_BOUND.option}")
         return MemoryBound(default)
 
-    def set_up(self, request: pytest.FixtureRequest, mark: object) -> None:
+    def set_up(self, request: pytest.FixtureRequest, mark: MemoryBound) -> None:
         request.node.stash[self.PROBE] = request.getfixturevalue("device_memory")
 
     @pytest.fixture
@@ -84,6 +84,7 @@ class MemoryBoundMarker(MarkerFeature):
         mark = self.mark_of(item)
         if mark is None:
             return (yield)
+        assert mark.mib is not None  # complete() gave every collected mark its bound
         with item.stash[self.PROBE].measure() as measurement:
             result = yield
         self._judge(item, measurement, mark.mib)
@@ -92,6 +93,7 @@ class MemoryBoundMarker(MarkerFeature):
     def _judge(self, item: pytest.Item, measurement: MemoryMeasurement, bound_mib: float) -> None:
         verdict = measurement.judge(bound_mib)  # before reading the report: it may retake
         measured = measurement.report
+        assert measured is not None  # judge() raised otherwise
         figures = {
             **measured.figures(),
             "bound_mib": bound_mib,
@@ -107,12 +109,12 @@ class MemoryBoundMarker(MarkerFeature):
         if not verdict.passed:
             pytest.fail(verdict.reason, pytrace=False)
 
-    def section_data(self, records: Sequence[results.Record]) -> list[dict[str, object]]:
+    def section_data(self, records: Sequence[results.Record]) -> list[dict[str, Any]]:
         """Each measured test's figures."""
         found = [{"nodeid": r.nodeid, **r.value} for r in records if r.kind == "memory"]
         return found
 
-    def section_lines(self, data: object) -> list[str]:
+    def section_lines(self, data: list[dict[str, Any]]) -> list[str]:
         if not data:
             return []
         lines = ["memory growth across the test body (NVML, this process):"]

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_cudagraph.markers import MarkerFeature, body_with_fixtures
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -34,12 +38,12 @@ def no_host_sync(trial_capture: bool = False) -> HostSyncMark:
     return HostSyncMark(trial_capture)
 
 
-class NoHostSyncMarker(MarkerFeature):
+class NoHostSyncMarker(MarkerFeature[HostSyncMark]):
     function = staticmethod(no_host_sync)
     fixtures = ("cuda_device",)
-    DEVICE = pytest.StashKey[object]()  # the torch.device the body runs on
+    DEVICE: pytest.StashKey[torch.device] = pytest.StashKey()  # the device the body runs on
 
-    def set_up(self, request: pytest.FixtureRequest, mark: object) -> None:
+    def set_up(self, request: pytest.FixtureRequest, mark: HostSyncMark) -> None:
         device = request.getfixturevalue("cuda_device")
         if device.type != "cuda":
             pytest.skip(
@@ -52,7 +56,7 @@ class NoHostSyncMarker(MarkerFeature):
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
         __tracebackhide__ = True  # a failure shows the test's frames, not the plugin's
         mark = self.mark_of(item)
-        if mark is None:
+        if mark is None or not isinstance(item, pytest.Function):  # set up only on functions
             return (yield)
         from pytest_cudagraph.engines.hostsync import HostSyncError, host_syncs_fail, trial_capture
 

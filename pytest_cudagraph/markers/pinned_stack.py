@@ -33,7 +33,7 @@ def pinned_stack(
     }
 
 
-class PinnedStackMarker(MarkerFeature):
+class PinnedStackMarker(MarkerFeature[dict[str, SpecifierSet]]):
     function = staticmethod(pinned_stack)
     results_key = "pinned_stack"
 
@@ -48,7 +48,7 @@ class PinnedStackMarker(MarkerFeature):
         self.own_pin_count += bool(mark)
         if self.settings.value(settings.STACK) == "any":
             return
-        pinned = {**self.settings.value(settings.PINNED_STACK), **mark}
+        pinned = self.settings.value(settings.PINNED_STACK) | mark
         if pinned:
             found = stack.mismatches(pinned, stack.running_stack())
             reason = stack.skip_reason(found) if found else None

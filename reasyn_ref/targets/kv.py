@@ -25,7 +25,7 @@ from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
 
 from ..bucketing import bucket_seq
 from ..config import DecoderConfig
-from ..kv_decoder import EagerSteps, KVDecoder, StepKey
+from ..kv_decoder import EagerSteps, KVDecoder, StepKey, claimed
 from ..kv_graphs import StepGraphCache
 from ..kv_sampler import KVSampler
 from ..model import seeded_decoder, step_context, with_bf16_matmul_weights
@@ -112,7 +112,7 @@ class KVTarget(SeededTarget):
         lengths, step_tokens = inputs["lengths"], inputs["step_tokens"]
         kv = steps.kv
         with steps.claim(key) as slot:
-            buffers = slot.buffers
+            buffers = claimed(slot)
             with step_context(self.device, bf16=True):
                 kv.load_target(buffers, inputs["memory"], inputs["memory_padding_mask"])
                 kv.prefill(buffers, inputs["tokens"], lengths - 1)

@@ -13,9 +13,10 @@ One call's inputs are those of one sampler step in the bucketed layout: tokens [
 
 from __future__ import annotations
 
+import abc
 import functools
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ LARGEST_CASE = NUM_KEYS - 1  # 59 % 5, 59 % 4, 59 % 3 = 4, 3, 2: the largest of 
 
 MODEL_SEED = 0
 TARGET_SEED = 1  # the memory the sampler and the worker jobs decode from
+CHECKPOINT_NAME = "decoder.pt"  # in the folder ReferenceTarget.checkpoint() makes
 # Sampling: prefix lengths on both sides of the 64 bucket, so keys change during a run.
 SAMPLE_PREFIX_LENGTHS = (1, 5, 17, 40, 63, 70)
 SAMPLE_MAX_LEN = 96
@@ -78,7 +80,7 @@ def make_lean_target(device: torch.device) -> CudaGraphTarget:
     return ReferenceTarget(device, lean=True).as_target()
 
 
-class SeededTarget:
+class SeededTarget(abc.ABC):
     """What both reasyn_ref targets share: the decoder (the default config with weights of
     MODEL_SEED on CUDA, the tiny config on the CPU), the target fields every target has, a graph
     cache's capabilities, and the capture-clean forward at the largest case. A subclass sets
@@ -87,6 +89,24 @@ class SeededTarget:
 
     num_keys: int
     largest_case: int
+
+    @abc.abstractmethod
+    def eager(self, inputs: Inputs) -> Any: ...
+
+    @abc.abstractmethod
+    def graphed(self, inputs: Inputs) -> Any: ...
+
+    @abc.abstractmethod
+    def make_inputs(self, generator: torch.Generator, case: int) -> Inputs: ...
+
+    @abc.abstractmethod
+    def key_of(self, inputs: Inputs) -> Hashable: ...
+
+    @abc.abstractmethod
+    def sample(self, seed: int, graphs: bool) -> list[list[int]]: ...
+
+    @abc.abstractmethod
+    def unsupported_modes(self) -> dict[str, tuple[Callable[[], object], str]]: ...
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -265,12 +285,10 @@ class ReferenceTarget(SeededTarget):
     def checkpoint(self) -> Path:
         """The decoder saved once, in a folder removed with this object (or at exit)."""
         if self._checkpoint_dir is None:
-            self._checkpoint_dir = tempfile.TemporaryDirectory(prefix="reasyn-conformance-")
-            save_checkpoint(self._checkpoint_path(), self.decoder, self.config)
-        return self._checkpoint_path()
-
-    def _checkpoint_path(self) -> Path:
-        return Path(self._checkpoint_dir.name) / "decoder.pt"
+            folder = tempfile.TemporaryDirectory(prefix="reasyn-conformance-")
+            save_checkpoint(Path(folder.name) / CHECKPOINT_NAME, self.decoder, self.config)
+            self._checkpoint_dir = folder  # only once the checkpoint is there
+        return Path(self._checkpoint_dir.name) / CHECKPOINT_NAME
 
     def unsupported_modes(self) -> dict[str, tuple[Callable[[], object], str]]:
         """Settings and inputs graphs do not support, each with the error it must raise."""

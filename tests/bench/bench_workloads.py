@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 from bench_report import FORWARD_KEYS, STEP_KINDS, SUITE_TARGETS
 
@@ -34,7 +33,6 @@ __all__ = [
     "key_id",
     "make_decoder",
     "make_memory",
-    "needs_cuda",
     "paired",
     "warm_up",
 ]
@@ -58,11 +56,6 @@ SAMPLE_BATCHES = [1, 8, 64]
 SAMPLE_MAX_LEN = 128
 SAMPLE_ROUNDS = 3
 SAMPLE_SEED = 0
-
-needs_cuda = pytest.mark.skipif(
-    not torch.cuda.is_available(),
-    reason="needs CUDA: GPU benchmark (torch.cuda.is_available() is False)",
-)
 
 
 def key_id(key: tuple[int, int]) -> str:

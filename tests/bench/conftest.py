@@ -1,4 +1,4 @@
-"""Benchmarks of the reference graph cache (issue 7), run with pytest-benchmark.
+"""Benchmarks of the reference graph cache, run with pytest-benchmark.
 
 Each benchmark describes itself in ``extra_info`` (``bench``, ``variant``, ``key``, ...) for
 scripts/bench_report.py and stores its median in ``bench_results``; a benchmark whose partner

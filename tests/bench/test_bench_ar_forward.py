@@ -27,11 +27,11 @@ from bench_workloads import (
     MEMORY_LEN,
     forward_inputs,
     key_id,
-    needs_cuda,
     paired,
     warm_up,
 )
 
+from pytest_cudagraph.skips import needs_cuda
 from reasyn_ref.graph_cache import GraphCache
 from reasyn_ref.lean import LeanDecoder
 from reasyn_ref.model import ar_step_logits, step_context, with_bf16_matmul_weights

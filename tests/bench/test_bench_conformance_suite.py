@@ -9,7 +9,9 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
-from bench_workloads import SUITE_TARGETS, needs_cuda
+from bench_workloads import SUITE_TARGETS
+
+from pytest_cudagraph.skips import needs_cuda
 
 pytestmark = needs_cuda
 

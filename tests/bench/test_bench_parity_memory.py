@@ -17,10 +17,10 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from bench_workloads import needs_cuda
 
 from pytest_cudagraph.engines.parity import DEFAULT_OUTPUT_BUDGET, ParityChecker
 from pytest_cudagraph.engines.units import MiB
+from pytest_cudagraph.skips import needs_cuda
 
 CASES = 64
 VOCABULARY = 2**17  # 128k tokens: a float32 row is 0.5 MiB

@@ -18,9 +18,10 @@ from functools import partial
 
 import pytest
 import torch
-from bench_workloads import MEMORY_LEN, STEP_KINDS, needs_cuda
+from bench_workloads import MEMORY_LEN, STEP_KINDS
 
 from pytest_cudagraph.engines.parity import ParityChecker
+from pytest_cudagraph.skips import needs_cuda
 from reasyn_ref import ARStep, Decoder, DecoderConfig, expand_memory
 from reasyn_ref.graph_cache import GraphCache
 from reasyn_ref.model import ar_step_logits

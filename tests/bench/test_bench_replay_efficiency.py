@@ -20,11 +20,11 @@ from bench_workloads import (
     STEP_KINDS,
     forward_inputs,
     key_id,
-    needs_cuda,
     warm_up,
 )
 from device_profile import profile_device_ops, summarize
 
+from pytest_cudagraph.skips import needs_cuda
 from reasyn_ref.graph_cache import GraphCache
 
 pytestmark = needs_cuda

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from bench_workloads import SAMPLE_BATCHES, benchmark_sampling, endless_decoder, needs_cuda
+from bench_workloads import SAMPLE_BATCHES, benchmark_sampling, endless_decoder
 
+from pytest_cudagraph.skips import needs_cuda
 from reasyn_ref import Decoder
 from reasyn_ref.sampler import ARSampler
 

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from pytest_cudagraph.conformance.adapters import Case, hand_written
 from pytest_cudagraph.conformance.target import USAGE_ERRORS, CudaGraphTarget, Tolerance
+from pytest_cudagraph.engines.units import MiB
 
 # CPU twins: the checks that run without CUDA fail them.
 
@@ -98,7 +99,7 @@ class KeepsAWorkspacePerCall(BucketRunner):
 
     def run(self, input_ids: Tensor, positions: Tensor) -> Tensor:
         workspaces = self.__dict__.setdefault("workspaces", [])
-        workspaces.append(torch.empty(16 * 2**20, device=input_ids.device))
+        workspaces.append(torch.empty(64 * MiB, dtype=torch.uint8, device=input_ids.device))
         return super().run(input_ids, positions)
 
 

@@ -8,13 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-import torch
 from suite_runner import table_verdicts
 
-needs_cuda = pytest.mark.skipif(
-    not torch.cuda.is_available(),
-    reason="needs CUDA: these twins break CUDA-graph code (torch.cuda.is_available() is False)",
-)
+from pytest_cudagraph.skips import needs_cuda
 
 # factory -> the one check that fails it.
 ON_THE_CPU = {

@@ -10,13 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-import torch
 from suite_runner import table_verdicts
 
-needs_cuda = pytest.mark.skipif(
-    not torch.cuda.is_available(),
-    reason="needs CUDA: the KV twins break CUDA graphs (torch.cuda.is_available() is False)",
-)
+from pytest_cudagraph.skips import needs_cuda
 
 # Checks that compare a graphed episode with eager after the graph of its key was used before:
 # a stateful hazard may show in any of them, depending on the episodes they draw.

@@ -13,10 +13,7 @@ import pytest
 import torch
 from suite_runner import table_verdicts
 
-needs_cuda = pytest.mark.skipif(
-    not torch.cuda.is_available(),
-    reason="needs CUDA: the broken targets break CUDA graphs (torch.cuda.is_available() is False)",
-)
+from pytest_cudagraph.skips import needs_cuda
 
 # factory -> (the check meant for the fault, every check that must fail).
 BROKEN = {

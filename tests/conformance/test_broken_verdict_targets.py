@@ -21,11 +21,8 @@ from suite_runner import table_verdicts
 
 from pytest_cudagraph.conformance.support import forget_last_failure
 from pytest_cudagraph.conformance.target import build_target
+from pytest_cudagraph.skips import needs_cuda
 
-needs_cuda = pytest.mark.skipif(
-    not torch.cuda.is_available(),
-    reason="needs CUDA: the broken targets break CUDA graphs (torch.cuda.is_available() is False)",
-)
 FACTORIES = ("output_in_input", "recapturing", "raising_sampler")
 # Slow, and about nothing these targets break.
 LEFT_OUT = "not worker_processes and not device_binding"

@@ -27,6 +27,7 @@ from pytest_cudagraph.conformance.adapters import (
     keyed_cases,
 )
 from pytest_cudagraph.conformance.target import BIT_IDENTICAL, NEXT_CALL, NEXT_CALL_OF_KEY, OWNED
+from pytest_cudagraph.skips import needs_cuda
 
 CPU = torch.device("cpu")
 # The three shapes of CUDA-graph code (each in at most 30 lines of target code), and the
@@ -44,11 +45,6 @@ FOREIGN = "foreign:make_target"
 # naming it.
 DOCS_BLOCK = re.compile(
     r"\((?P<lines>\d+) lines\):\n\n```python\n# (?P<name>\w+)\.py\n(?P<code>.*?)```", re.DOTALL
-)
-
-needs_cuda = pytest.mark.skipif(
-    not torch.cuda.is_available(),
-    reason="needs CUDA: the examples' graphs are CUDA graphs (torch.cuda.is_available() is False)",
 )
 
 

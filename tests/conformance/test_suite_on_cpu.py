@@ -17,6 +17,7 @@ from suite_runner import table_verdicts
 from pytest_cudagraph import results
 from pytest_cudagraph.conformance import suite
 from pytest_cudagraph.conformance.suite import CheckRow, ConformanceTable, format_table
+from pytest_cudagraph.skips import NEEDS_CUDA
 
 CPU_CHECKS = {"target contract", "dry run", "guards", "worker refusal"}
 GPU_CHECKS = {
@@ -38,7 +39,6 @@ GPU_CHECKS = {
     "state isolation",
     "state reset",
 }
-NO_CUDA = "needs CUDA: torch.cuda.is_available() is False"
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def test_cpu_checks_pass_and_gpu_checks_skip_saying_why(
     result.stdout.fnmatch_lines(
         [
             "conformance of reasyn (4 passed, 17 skipped):",
-            f"  parity * skipped * -  {NO_CUDA}",
+            f"  parity * skipped * -  {NEEDS_CUDA}",
             "  guards * passed * 4 of 4 unsupported modes refused clearly",
             "  worker refusal * passed * graphs with 2 workers per GPU refused: *",
         ],
@@ -73,7 +73,7 @@ def test_cpu_checks_pass_and_gpu_checks_skip_saying_why(
         line for line in result.stdout.lines if line.startswith("  ") and " skipped " in line
     ]
     assert len(skipped_rows) == len(GPU_CHECKS)
-    assert all(line.endswith(NO_CUDA) for line in skipped_rows)
+    assert all(line.endswith(NEEDS_CUDA) for line in skipped_rows)
 
 
 def test_a_bad_spec_stops_the_run_before_it_starts(

@@ -4,6 +4,7 @@ comparing them as the target's contract says (real part, tolerance per part, out
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 
@@ -15,15 +16,22 @@ from pytest_cudagraph.conformance.support import (
     draws_random_numbers,
     eager_call,
     graphed_call,
+    graphed_path,
     judged,
     kept,
     lock_was_held,
+    needed,
     parts_of,
     real,
     run_in_fresh_process,
     tensors_in,
 )
-from pytest_cudagraph.conformance.target import NEXT_CALL_OF_KEY, CudaGraphTarget, Tolerance
+from pytest_cudagraph.conformance.target import (
+    NEXT_CALL_OF_KEY,
+    CudaGraphTarget,
+    TargetError,
+    Tolerance,
+)
 
 # Run in the spawned children: module-level, so that the children can import them.
 
@@ -187,3 +195,21 @@ def test_an_eager_output_is_copied_so_the_graphed_side_cannot_change_it() -> Non
         "output at index (0,): eager 2, graphed 3 (|diff| 1, rel 0.5; tolerance exact); 4 of 4 "
         "elements differ, largest |diff| 1"
     ]
+
+
+def test_a_needed_field_is_its_value_even_when_falsy_and_its_absence_skips_naming_it() -> None:
+    assert needed(0, "capacity") == 0
+    sampler = print
+    assert needed(sampler, "sampler") is sampler
+    with pytest.raises(pytest.skip.Exception, match=r"^the target does not give sampler \("):
+        needed(None, "sampler")
+
+
+def test_the_graphed_path_is_the_targets_and_one_left_out_is_a_target_error() -> None:
+    def graphed(inputs: dict) -> None:
+        return None
+
+    target = dataclasses.replace(target_with_lock(threading.Lock()), graphed=graphed)
+    assert graphed_path(target) is graphed
+    with pytest.raises(TargetError, match="graphed is None on cpu"):
+        graphed_path(dataclasses.replace(target, graphed=None))

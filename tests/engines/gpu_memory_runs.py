@@ -20,6 +20,7 @@ import time
 import torch
 
 from pytest_cudagraph.engines.memory import DeviceMemoryProbe, stable_reading
+from pytest_cudagraph.engines.units import MiB
 
 KEYS = (8, 32, 128)
 WIDTH, HIDDEN = 1024, 4096
@@ -74,7 +75,7 @@ def other_first_use_work(device: torch.device) -> None:
     other = SmallGraphCache(device)
     other.build(16)
     other.reset()
-    block = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device=device)
+    block = torch.empty(512 * MiB, dtype=torch.uint8, device=device)
     del block
     torch.cuda.synchronize(device)
 

@@ -26,12 +26,11 @@ from pytest_cudagraph.engines.compare import pending_comparison, settle_comparis
 from pytest_cudagraph.engines.hostsync import trial_capture
 from pytest_cudagraph.engines.parity import ParityChecker
 from pytest_cudagraph.engines.units import MiB
+from pytest_cudagraph.skips import needs_cuda
 
 ORDER_TOLERANCE_MIB = 32
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs CUDA: torch.cuda.is_available() is False"
-)
+pytestmark = needs_cuda
 
 
 # Host syncs: which detector catches what (the table in docs/plugin.md, no_host_sync).

@@ -4,6 +4,8 @@ that collected only the block's garbage is taken again, fully, before it can fai
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -255,6 +257,17 @@ def test_a_bad_bound_is_refused_before_judging(
     measurement = MemoryMeasurement(two_readings(8))
     with pytest.raises(error, match=message):
         measurement.judge(bound)  # type: ignore[arg-type]
+
+
+def test_a_measurement_without_a_probe_is_judged_as_it_stands() -> None:
+    report = two_readings(8)
+    young = dataclasses.replace(
+        report, after=dataclasses.replace(report.after, full_collection=False)
+    )
+    measurement = MemoryMeasurement(young)  # a fake's: nothing to take the reading again from
+    verdict = measurement.judge(4)
+    assert not verdict.passed
+    assert measurement.report is young
 
 
 def test_a_bound_of_zero_allows_no_growth() -> None:

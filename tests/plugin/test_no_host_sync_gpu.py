@@ -7,11 +7,10 @@ runs a test body under the debug mode alone, and with ``trial_capture=True`` und
 from __future__ import annotations
 
 import pytest
-import torch
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs CUDA: torch.cuda.is_available() is False"
-)
+from pytest_cudagraph.skips import needs_cuda
+
+pytestmark = needs_cuda
 
 BODIES = """
 import pytest

@@ -16,10 +16,9 @@ from gpu_graph_helpers import make_eager, make_graphed, make_inputs
 
 from pytest_cudagraph.engines import devices
 from pytest_cudagraph.engines.units import MiB
+from pytest_cudagraph.skips import needs_cuda
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs CUDA: torch.cuda.is_available() is False"
-)
+pytestmark = needs_cuda
 needs_nvml = pytest.mark.skipif(
     not devices.nvml_status().available, reason=f"needs NVML: {devices.nvml_status().detail}"
 )
@@ -130,11 +129,13 @@ def test_allocation_kept_past_the_body_fails_the_bound(pytester: pytest.Pytester
         import pytest
         import torch
 
+        from pytest_cudagraph.engines.units import MiB
+
         KEPT = []
 
         @pytest.mark.graph_memory_bound(64)
         def test_leaks(cuda_device):
-            KEPT.append(torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device=cuda_device))
+            KEPT.append(torch.empty(256 * MiB, dtype=torch.uint8, device=cuda_device))
         """
     )
     result = pytester.runpytest_inprocess()

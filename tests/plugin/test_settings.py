@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from packaging.specifiers import SpecifierSet
 
 from pytest_cudagraph import settings
 
@@ -214,3 +217,68 @@ def test_a_marker_value_beats_the_session_value() -> None:
     assert snapshot.value(settings.SEED) == 5
     assert snapshot.value(settings.SEED, 3) == 3
     assert snapshot.value(settings.SEED, 0) == 0  # a falsy marker value is still the marker's
+
+
+class GivenConfig:
+    """What a snapshot reads of a pytest config: its options, ini values and stash."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.stash = pytest.Stash()
+
+    def getoption(self, dest: str, default: object = None) -> object:
+        return self.options.get(dest, default)
+
+    def getini(self, name: str) -> object:
+        return None
+
+
+def test_the_snapshot_holds_each_value_as_its_setting_parses_it(tmp_path) -> None:
+    given = {
+        settings.DEVICE: "cuda:1",
+        settings.STACK: "any",
+        settings.PINNED_STACK: "torch~=2.7.0",
+        settings.STRAY_CONTEXTS: "fail",
+        settings.SEED: "7",
+        settings.CASE: "2",
+        settings.MEMORY_BOUND: "1GiB",
+        settings.JSON: str(tmp_path / "results.json"),
+        settings.TARGET: "reasyn",
+    }
+    assert set(given) == set(settings.SETTINGS)
+    config = GivenConfig({setting.dest: text for setting, text in given.items()})
+    snapshot = settings.take_snapshot(config)
+    assert settings.snapshot(config) is snapshot
+    values = {setting.name: snapshot.value(setting) for setting in settings.SETTINGS}
+    assert values == {
+        "device": 1,
+        "stack": "any",
+        "pinned_stack": {"torch": SpecifierSet("~=2.7.0")},
+        "stray_contexts": "fail",
+        "seed": 7,
+        "case": 2,
+        "memory_bound": 1024.0,
+        "json": tmp_path / "results.json",
+        "target": "reasyn",
+    }
+    assert isinstance(values["json"], Path)
+    assert {snapshot[setting].source for setting in settings.SETTINGS} == {
+        setting.option for setting in settings.SETTINGS
+    }
+
+
+def test_a_setting_without_a_default_is_none_and_one_with_a_default_is_parsed() -> None:
+    snapshot = settings.take_snapshot(GivenConfig({}))
+    values = {setting.name: snapshot.value(setting) for setting in settings.SETTINGS}
+    assert values == {
+        "device": None,
+        "stack": "pinned",
+        "pinned_stack": {},
+        "stray_contexts": "report",
+        "seed": 0,
+        "case": None,
+        "memory_bound": None,
+        "json": None,
+        "target": None,
+    }
+    assert not snapshot.given()

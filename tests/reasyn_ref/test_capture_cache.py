@@ -10,7 +10,8 @@ import torch
 from cache_recorders import RELEASE, RecordingSteps
 
 from reasyn_ref import GraphCache, StepGraphCache, StepKey
-from reasyn_ref.capture_cache import LRU, CaptureCache, check_capture_settings
+from reasyn_ref.capture_cache import LRU, CaptureCache, check_capture_settings, live
+from reasyn_ref.kv_decoder import claimed
 from reasyn_ref.kv_graphs import StepGraph
 
 # --- LRU policy ----------------------------------------------------------------------------
@@ -36,6 +37,28 @@ def test_lru_put_of_a_present_key_replaces_it_and_makes_it_most_recent():
     assert lru.put("a", 10) == []
     assert lru.keys() == ["b", "a"]
     assert lru.get("a") == 10
+
+
+def test_lru_values_are_oldest_first_and_leave_the_order_alone():
+    lru: LRU[str, int] = LRU(3)
+    for value, key in enumerate("abc"):
+        lru.put(key, value)
+    assert lru.values() == [0, 1, 2]
+    assert lru.keys() == ["a", "b", "c"]
+
+
+def test_a_released_part_of_an_entry_is_refused_by_name_and_a_live_one_passes():
+    assert live(0) == 0  # a falsy part is still there
+    with pytest.raises(RuntimeError, match="this graph entry was released"):
+        live(None)
+
+
+def test_a_released_step_graph_refuses_its_buffers(fake_cuda):
+    cache = RecordingSteps(fake_cuda, capacity=1)
+    first = claim(cache, 4)
+    claim(cache, 2)  # evicts the first
+    with pytest.raises(RuntimeError, match="this step slot was released"):
+        claimed(first)
 
 
 def test_lru_get_of_a_missing_key_changes_nothing():

@@ -102,6 +102,8 @@ def test_token_ids_are_ints_not_bools():
     for value in (True, 7.0, "7"):
         with pytest.raises(TypeError):
             token_id(value)
+    with pytest.raises(TypeError, match="a token id must be an int, got float"):
+        token_id(7.0)
 
 
 def test_token_rows_are_tuples_of_int_ids_one_row_or_more():
