@@ -5,7 +5,7 @@ A module's state is every parameter and buffer, every tensor attribute that is n
 counter ``self.steps += 1``), of the module and each submodule. ``module_state(root)`` copies it
 (``root`` a module, or a mapping or sequence of modules, paths starting at their keys);
 ``load_state(root, state)`` writes such a copy back in place (tensors copied into the tensors
-there, so that their storage stays; numbers set); ``state_differences`` lists how two copies
+there, so that their storage stays; numbers set where they differ); ``state_differences`` lists how two copies
 differ. The module-state check compares the eager and the graphed side with them. torch is
 imported when used.
 """
@@ -68,7 +68,9 @@ def load_state(root: object, state: Mapping[str, object]) -> None:
         for path, slot in slots.items():
             if slot.tensor:
                 getattr(slot.owner, slot.name).copy_(state[path])
-            else:
+            elif getattr(slot.owner, slot.name) != state[path]:
+                # Set only when it differs: compiled code guards on a module's attributes, and
+                # setting one, even to its own value, can make it compile again.
                 setattr(slot.owner, slot.name, state[path])
 
 

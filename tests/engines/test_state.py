@@ -100,3 +100,25 @@ def test_a_state_that_does_not_fit_is_refused_before_anything_is_written() -> No
         module_state(3)
     with pytest.raises(TypeError, match=r"\['head'\] must be a torch.nn.Module, got str"):
         module_state({"head": "linear"})
+
+
+class Watched(Counting):
+    """Records every attribute set on it after construction."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        object.__setattr__(self, "set_names", [])
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if "set_names" in self.__dict__:
+            self.set_names.append(name)
+        super().__setattr__(name, value)
+
+
+def test_load_state_sets_a_number_only_where_it_differs() -> None:
+    """Compiled code guards on module attributes: setting one to its own value can recompile."""
+    model = Watched()
+    load_state(model, module_state(model))
+    assert model.set_names == []
+    load_state(model, {**module_state(model), "calls": 3})
+    assert model.set_names == ["calls"] and model.calls == 3
