@@ -152,6 +152,11 @@ class SharedPoolCalibration(EncoderGraphCache):
         entry.calibration.fill_(1.0)  # once, outside the graph
         entry.graph = graph
 
+    def clear(self) -> None:
+        super().clear()
+        # torch refuses a capture into a pool that every graph sharing it has let go of.
+        self.pool = torch.cuda.graph_pool_handle()
+
 
 def shared_pool_calibration(device: torch.device) -> CudaGraphTarget:
     """Called from one thread (so the concurrency check, whose threads interleave keys, does
