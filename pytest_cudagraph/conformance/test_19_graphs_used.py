@@ -1,8 +1,8 @@
 """Graphs used: in steady state every call of a cached key replays a graph. Code that captured
 its graphs can still run a call without them and answer right, only slowly: a lookup that
-misses the bucket's graph and falls back (SGLang looked graphs up by the real batch size), eager
-above the largest bucket, a draft model never dispatched (vLLM #47460), an error mode that does
-not fire (PyTorch #193044), a module whose training flag differs from the one
+misses the bucket's graph and falls back (SGLang #30752 looked graphs up by a raw batch size),
+eager above the largest bucket, a draft model never dispatched (vLLM #47460), an error mode
+that does not fire (PyTorch #193044), a module whose training flag differs from the one
 ``make_graphed_callables`` graphed it in (it then runs its own forward). Replays are counted at
 torch's graph API (``CaptureCounter``, graphs captured before this check included). Calls the
 target declares eager (``runs_eagerly``) are counted and reported; any other call that replays
