@@ -13,8 +13,9 @@ for ``case.key`` (see ``Case``); ``key_of`` and ``largest_key``; and any other f
 ``output_lifetime``, ``threads``, ``refusal_errors``) and its capabilities (``reset_state``,
 ``sampler``, ``unsupported_modes``, ...). The two that graph ``fn`` for you also share ``model``
 (``fn(model, ...)``, a function of a model), ``call`` (one call of the target made of calls of
-the graphed step: an episode) and ``share_state``: each side runs on a model of its own unless
-``share_state=True``. torch is imported only when a target is built.
+the graphed step: an episode) and ``share_state``: each side runs on a model of its own (given
+to the module-state check as ``side_state``) unless ``share_state=True``. torch is imported
+only when a target is built.
 """
 
 from __future__ import annotations
@@ -205,7 +206,12 @@ def compiled(
         return one_thread.submit(run_graphed, inputs).result()
 
     # Cudagraph trees keep every graph they record: capacity is every key.
-    own = dict(graph_skips=skips.reasons, capacity=len(keys), output_lifetime=NEXT_CALL)
+    own = dict(
+        graph_skips=skips.reasons,
+        capacity=len(keys),
+        output_lifetime=NEXT_CALL,
+        side_state=_side_state(eager_code, graphed_code, eager_model, graphed_model, share_state),
+    )
     return _target(device, eager, graphed, cases, key_of, own, given)
 
 
@@ -275,7 +281,11 @@ def graphed_callables(
 
     # One graph per key, kept until reset.
     own: dict[str, Any] = dict(
-        reset=reset, lock=lock, capacity=len(keys), output_lifetime=NEXT_CALL_OF_KEY
+        reset=reset,
+        lock=lock,
+        capacity=len(keys),
+        output_lifetime=NEXT_CALL_OF_KEY,
+        side_state=_side_state(eager_fn, graphed_fn, eager_model, graphed_model, share_state),
     )
     if call is None and key_of is None:  # the graphs' own keys are the target's keys
         own["cached_keys"] = lambda: list(graphs)
@@ -411,6 +421,22 @@ def _sides(code: Any, model: Any, share_state: bool) -> tuple[Any, Any, Any, Any
         )
     built = model()
     return code, code, built, built if share_state else model()
+
+
+def _side_state(
+    eager_code: Any, graphed_code: Any, eager_model: Any, graphed_model: Any, share_state: bool
+) -> Callable[[], tuple[Any, Any]] | None:
+    """The modules each side runs on, for the module-state check: the models, or the code when
+    it is a module itself; None when the sides share them or hold none."""
+    import torch
+
+    if share_state:
+        return None
+    if eager_model is not None:
+        return lambda: (eager_model, graphed_model)
+    if isinstance(eager_code, torch.nn.Module):
+        return lambda: (eager_code, graphed_code)
+    return None
 
 
 def _compile_options(

@@ -16,6 +16,7 @@ from pytest_cudagraph.conformance import suite
 from pytest_cudagraph.conformance.progress import CheckProgress, check_progress
 from pytest_cudagraph.conformance.support import forget_last_failure, lock_was_held
 from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.engines.captures import CaptureCounter
 
 SUITE = Path(__file__).parent
 
@@ -66,6 +67,12 @@ def record_figure(request: pytest.FixtureRequest) -> suite.FigureRecorder:
     """Record the figure behind this check's verdict for the table: its text, and the numbers
     behind it by name (``record_figure(text, peak_mib=...)``), which scripts read."""
     return functools.partial(suite.record_figure, request.node)
+
+
+@pytest.fixture
+def capture_counter() -> CaptureCounter:
+    """Counts the captures and replays of torch.cuda.CUDAGraph while entered."""
+    return CaptureCounter()
 
 
 @pytest.fixture

@@ -100,6 +100,66 @@ class Tolerance:
 BIT_IDENTICAL = Tolerance()
 
 
+@dataclass(frozen=True)
+class Padding:
+    """How the code pads a real batch up to its bucket: what the padded-batches check needs.
+
+    largest: the largest real batch the graphs serve; the check calls every size from 1 to it.
+    make_inputs(generator, rows) -> inputs: one call with exactly ``rows`` real rows (the rest
+      of its bucket, if any, padding), its values from the generator.
+    junk(inputs) -> inputs: the same call, as new tensors, with junk (NaN, or a value no real
+      row may read) in the padded part the caller writes; None where the caller writes none
+      (the code pads the batch itself)."""
+
+    largest: int
+    make_inputs: Callable[[torch.Generator, int], Inputs]
+    junk: Callable[[Inputs], Inputs] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.largest, bool) or not isinstance(self.largest, int):
+            raise TypeError(f"Padding.largest must be an int, got {self.largest!r}")
+        if self.largest < 1:
+            raise ValueError(f"Padding.largest must be >= 1, got {self.largest!r}")
+        if not callable(self.make_inputs):
+            raise TypeError(
+                f"Padding.make_inputs must be callable, got {type(self.make_inputs).__name__}"
+            )
+        if self.junk is not None and not callable(self.junk):
+            raise TypeError(
+                f"Padding.junk must be callable or None, got {type(self.junk).__name__}"
+            )
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """How one step leads to the next: what the trajectory check needs, each call one step.
+
+    next_inputs(inputs, output) -> inputs: the next step's inputs from this step's inputs and
+      output (e.g. the prefixes with each row's most likely token appended).
+    teacher_forced: both sides take the eager trajectory's inputs at every step, so that each
+      step is judged on eager's path (for code within a tolerance, whose token may flip); by
+      default each side follows its own outputs, as a decode does.
+    case: the case the trajectory starts from."""
+
+    next_inputs: Callable[[Inputs, Any], Inputs]
+    teacher_forced: bool = False
+    case: int = 0
+
+    def __post_init__(self) -> None:
+        if not callable(self.next_inputs):
+            raise TypeError(
+                f"Trajectory.next_inputs must be callable, got {type(self.next_inputs).__name__}"
+            )
+        if not isinstance(self.teacher_forced, bool):
+            raise TypeError(
+                f"Trajectory.teacher_forced must be True or False, got {self.teacher_forced!r}"
+            )
+        if isinstance(self.case, bool) or not isinstance(self.case, int):
+            raise TypeError(f"Trajectory.case must be an int, got {self.case!r}")
+        if self.case < 0:
+            raise ValueError(f"Trajectory.case must be >= 0, got {self.case!r}")
+
+
 @dataclass(kw_only=True)
 class CudaGraphTarget:
     """What the conformance checks need to know about CUDA-graph code and its eager twin.
@@ -158,6 +218,14 @@ class CudaGraphTarget:
         spawned worker processes sharing this device's lock, and the same jobs eagerly in
         this process; with graphs on and two workers per GPU it must raise ValueError before
         starting any process.
+      padding: how a real batch is padded up to its bucket (see Padding).
+      runs_eagerly(inputs) -> bool: whether the code runs this call without a graph by design
+        (above its largest bucket, say); the graphs-used check counts such calls and reports
+        them, and holds every other call to a replay.
+      side_state() -> (eager's, graphed's): the modules each side runs on (a module, or a dict
+        or sequence of them, alike on both sides), whose state (parameters, buffers, tensor
+        and number attributes) the module-state check compares.
+      trajectory: how one call leads to the next, each call one step (see Trajectory).
     """
 
     device: torch.device
@@ -183,6 +251,10 @@ class CudaGraphTarget:
     unsupported_modes: Mapping[str, tuple[Callable[[], Any], str]] | None = None
     graph_skips: Callable[[], Sequence[str]] | None = None
     run_workers: Callable[[int, bool], tuple[Sequence[Any], Sequence[Any]]] | None = None
+    padding: Padding | None = None
+    runs_eagerly: Callable[[Inputs], bool] | None = None
+    side_state: Callable[[], tuple[object, object]] | None = None
+    trajectory: Trajectory | None = None
 
     def tolerance_of(self, part: Part | None) -> Tolerance:
         """The tolerance of one part of the output (None: the whole output)."""
@@ -211,7 +283,11 @@ CALLABLE_FIELDS = (
     "sampler",
     "graph_skips",
     "run_workers",
+    "runs_eagerly",
+    "side_state",
 )
+# Capabilities given as a small value of their own: field -> its class.
+VALUE_FIELDS: dict[str, type] = {"padding": Padding, "trajectory": Trajectory}
 
 
 class TargetError(Exception):
@@ -400,6 +476,14 @@ def validate_target(spec: str, target: object, device: torch.device) -> None:
         value = getattr(target, name)
         if value is not None and not callable(value):
             raise TargetError(spec, f"{name} must be callable, got {type(value).__name__}")
+    for name, kind in VALUE_FIELDS.items():
+        value = getattr(target, name)
+        if value is not None and not isinstance(value, kind):
+            raise TargetError(
+                spec,
+                f"{name} must be a pytest_cudagraph.conformance.target.{kind.__name__}, got "
+                f"{type(value).__name__}",
+            )
     _check_int(spec, "num_keys", target.num_keys, low=1)
     _check_tolerance(spec, target.tolerance)
     _check_choice(spec, "output_lifetime", target.output_lifetime, OUTPUT_LIFETIMES)

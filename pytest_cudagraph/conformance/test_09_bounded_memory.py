@@ -108,12 +108,6 @@ def test_bounded_memory(
     )
 
 
-@pytest.fixture
-def capture_counter() -> CaptureCounter:
-    """Counts the captures of torch.cuda.CUDAGraph while entered."""
-    return CaptureCounter()
-
-
 @needs_cuda
 def test_memory_over_a_long_run(
     target: CudaGraphTarget,

@@ -66,6 +66,7 @@ class CaptureCounter:
         # id(graph) -> index of its latest capture in _captures, where its replays count. By
         # id, as not every graph class takes weak references; a capture rebinds a reused id.
         self._latest: dict[int, int] = {}
+        self._all_replays = 0
         self._keys = threading.local()  # each thread's stack of keys (``key``)
         self._patched: dict[str, tuple[object, object]] = {}
         self._active = False
@@ -118,6 +119,13 @@ class CaptureCounter:
     @property
     def replays(self) -> int:
         return sum(capture.replays for capture in self.captures)
+
+    @property
+    def all_replays(self) -> int:
+        """Every replay made in scope, of any graph: one captured before the counter was
+        entered (a runner's start-up captures) too."""
+        with self._lock:
+            return self._all_replays
 
     def captures_per_key(self) -> dict[Hashable | None, int]:
         return dict(Counter(capture.key for capture in self.captures))
@@ -181,6 +189,7 @@ class CaptureCounter:
     def _on_replay(self, original: Callable[..., object], graph: object, *a, **k) -> object:
         result = original(graph, *a, **k)
         with self._lock:
+            self._all_replays += 1
             index = self._latest.get(id(graph))
             if index is not None:
                 capture = self._captures[index]

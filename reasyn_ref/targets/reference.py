@@ -23,8 +23,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
+from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs, Padding, Trajectory
 
+from ..bucketing import bucket_batch, bucket_seq
 from ..capture_cache import CaptureCache
 from ..checkpoint import save_checkpoint
 from ..config import DecoderConfig
@@ -58,6 +59,14 @@ SAMPLE_MEMORY_LEN = 64
 WORKER_JOB_SEEDS = (11, 12)
 WORKER_PREFIX_LENGTHS = SAMPLE_PREFIX_LENGTHS[3:]
 WORKER_MAX_LEN = 72
+# The padded-batches check: real batches of 1 to 16 rows, each in the smallest batch bucket that
+# holds it, at the first sequence bucket and a memory per row (so that its padded rows can hold
+# NaN).
+PADDING_SEQ = SEQS[0]
+PADDING_MEMORY = MEMORIES[0]
+# The trajectory check starts at batch 16 in the first sequence bucket, with a shared memory:
+# its longest row outgrows the bucket within 64 steps.
+TRAJECTORY_CASE = 4
 
 
 def key_for_case(case: int) -> tuple[int, int, int, bool]:
@@ -175,7 +184,13 @@ class ReferenceTarget(SeededTarget):
         self._checkpoint_dir: tempfile.TemporaryDirectory[str] | None = None
 
     def as_target(self) -> CudaGraphTarget:
-        common = dict(self.common_fields(), reset=self.reset, run_workers=self.run_workers)
+        common = dict(
+            self.common_fields(),
+            reset=self.reset,
+            run_workers=self.run_workers,
+            padding=Padding(BATCHES[-1], self.padded_inputs, self.junk),
+            trajectory=Trajectory(self.next_step, case=TRAJECTORY_CASE),
+        )
         if self.cache is None:
             return CudaGraphTarget(**common)
         return CudaGraphTarget(**common, **self.graph_capabilities(self.cache, GraphCache.STAGES))
@@ -193,13 +208,28 @@ class ReferenceTarget(SeededTarget):
         """One sampler step at the case's key: ``rows`` real rows of random lengths (the longest
         one in the key's sequence bucket), random memory with a random padded suffix, one per
         row or one shared by all rows."""
-        batch, seq, memory_len, shared = key_for_case(case)
+        return self.step_inputs(generator, key_for_case(case))
+
+    def padded_inputs(self, generator: torch.Generator, rows: int) -> Inputs:
+        """One step of ``rows`` real rows in the smallest batch bucket that holds them."""
+        return self.step_inputs(generator, (bucket_batch(rows), PADDING_SEQ, *PADDING_MEMORY), rows)
+
+    def step_inputs(
+        self,
+        generator: torch.Generator,
+        key: tuple[int, int, int, bool],
+        rows: int | None = None,
+    ) -> Inputs:
+        """One step at ``key`` (batch, sequence, memory length, shared memory) with ``rows``
+        real rows (None: drawn, more than half the batch)."""
+        batch, seq, memory_len, shared = key
         config, device = self.config, self.device
 
         def draw(low: int, high: int, size: tuple[int, ...] = ()) -> Tensor:
             return torch.randint(low, high, size, generator=generator, device=device)
 
-        rows = int(draw(batch // 2 + 1, batch + 1))
+        if rows is None:
+            rows = int(draw(batch // 2 + 1, batch + 1))
         longest = int(draw(max(seq - 63, 1), seq + 1))
         lengths = torch.ones(batch, dtype=torch.long, device=device)  # dummy rows: [start]
         lengths[:rows] = draw(1, longest + 1, (rows,))
@@ -224,6 +254,42 @@ class ReferenceTarget(SeededTarget):
             "gather": lengths - 1,
             "rows": rows,
         }
+
+    def junk(self, inputs: Inputs) -> Inputs:
+        """The step with junk in its padded rows: the last token id, gather at the last
+        position, nothing but padding in the mask and, for a memory per row, NaN memory."""
+        rows, tokens = inputs["rows"], inputs["tokens"].clone()
+        tokens[rows:] = self.config.vocab_size - 1
+        gather = inputs["gather"].clone()
+        gather[rows:] = tokens.shape[1] - 1
+        mask = inputs["memory_padding_mask"].clone()
+        mask[rows:] = True
+        memory = inputs["memory"]
+        if memory.stride(0) != 0:  # one memory per row, not one target's expanded
+            memory = memory.clone()
+            memory[rows:] = float("nan")
+        return {
+            **inputs,
+            "tokens": tokens,
+            "gather": gather,
+            "memory_padding_mask": mask,
+            "memory": memory,
+        }
+
+    def next_step(self, inputs: Inputs, logits: Tensor) -> Inputs:
+        """The next step of a greedy decode: each real row's most likely token appended to its
+        prefix, in the next sequence bucket once a prefix outgrows its own. The memory and its
+        mask stay the same tensors, as one target's decode passes them."""
+        rows, tokens = inputs["rows"], inputs["tokens"]
+        gather = inputs["gather"].clone()
+        gather[:rows] += 1
+        length = max(tokens.shape[1], bucket_seq(int(gather.max()) + 1, self.config.max_len))
+        grown = torch.full(
+            (tokens.shape[0], length), self.config.pad_token, dtype=tokens.dtype, device=self.device
+        )
+        grown[:, : tokens.shape[1]] = tokens
+        grown[torch.arange(rows, device=self.device), gather[:rows]] = logits.argmax(dim=-1)
+        return {**inputs, "tokens": grown, "gather": gather}
 
     def key_of(self, inputs: Inputs) -> GraphKey:
         """The cache's own key for these inputs (its input check computes it)."""

@@ -25,6 +25,7 @@ REPLAYING = {
     "state isolation",
     "state reset",
     "side isolation",
+    "replay order",
 }
 # factory -> (the check meant for its hazard, every check that may fail with it).
 BROKEN = {

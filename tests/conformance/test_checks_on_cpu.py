@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from graph_stand_ins import StandInGraph
 from torch import Tensor
 
 from pytest_cudagraph.conformance import (
@@ -329,26 +330,6 @@ def test_concurrency_holds_the_target_to_the_threads_it_declares() -> None:
 
 
 # Lock safety at torch's graph API, with a stand-in of torch.cuda.CUDAGraph
-
-
-class StandInGraph:
-    """torch.cuda.CUDAGraph's shape: a replay needs a completed capture, reset drops it."""
-
-    def __init__(self) -> None:
-        self.captured = False
-
-    def capture_begin(self, *args: object, **kwargs: object) -> None:
-        pass
-
-    def capture_end(self) -> None:
-        self.captured = True
-
-    def replay(self) -> None:
-        if not self.captured:
-            raise RuntimeError("replay without a preceding successful capture")
-
-    def reset(self) -> None:
-        self.captured = False
 
 
 class StandInCache:

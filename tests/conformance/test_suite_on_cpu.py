@@ -36,8 +36,15 @@ GPU_CHECKS = {
     "output storage",
     "captures",
     "side isolation",
+    "inputs unchanged",
+    "padded batches",
+    "replay order",
+    "graphs used",
     "state isolation",
     "state reset",
+    "module state",
+    "no rebound tensors",
+    "trajectory",
 }
 
 
@@ -62,7 +69,7 @@ def test_cpu_checks_pass_and_gpu_checks_skip_saying_why(
     }
     result.stdout.fnmatch_lines(
         [
-            "conformance of reasyn (4 passed, 17 skipped):",
+            "conformance of reasyn (4 passed, 24 skipped):",
             f"  parity * skipped * -  {NEEDS_CUDA}",
             "  guards * passed * 4 of 4 unsupported modes refused clearly",
             "  worker refusal * passed * graphs with 2 workers per GPU refused: *",

@@ -15,8 +15,10 @@ from pytest_cudagraph.conformance.target import (
     NEXT_CALL,
     SERIAL,
     CudaGraphTarget,
+    Padding,
     TargetError,
     Tolerance,
+    Trajectory,
     validate_target,
 )
 
@@ -98,6 +100,16 @@ def test_the_declared_contract_is_accepted() -> None:
             "refusal_errors must be a non-empty tuple of exception classes, got (<class "
             "'ValueError'>, 'assert')",
         ),
+        ({"runs_eagerly": True}, "runs_eagerly must be callable, got bool"),
+        ({"side_state": (1, 2)}, "side_state must be callable, got tuple"),
+        (
+            {"padding": 16},
+            "padding must be a pytest_cudagraph.conformance.target.Padding, got int",
+        ),
+        (
+            {"trajectory": lambda inputs, output: inputs},
+            "trajectory must be a pytest_cudagraph.conformance.target.Trajectory, got function",
+        ),
         (
             {"unsupported_modes": {"bf16 off": (lambda: None, "needs (bf16")}},
             "unsupported_modes['bf16 off']: 'needs (bf16' is not a regex (missing ), unterminated "
@@ -162,3 +174,46 @@ def test_a_tolerance_must_be_finite_and_not_negative(
 ) -> None:
     with pytest.raises(error, match=message):
         Tolerance(**arguments)
+
+
+def rows_of(generator: torch.Generator, rows: int) -> dict[str, torch.Tensor]:
+    return {"x": torch.randn(rows, generator=generator)}
+
+
+def test_padding_and_a_trajectory_are_accepted_with_their_defaults() -> None:
+    padding, trajectory = Padding(16, rows_of), Trajectory(lambda inputs, output: inputs)
+    validate_target("mine:make", target_with(padding=padding, trajectory=trajectory), CPU)
+    assert (padding.junk, trajectory.teacher_forced, trajectory.case) == (None, False, 0)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda: Padding(0, rows_of), ValueError, r"Padding.largest must be >= 1, got 0"),
+        (lambda: Padding(16.0, rows_of), TypeError, r"Padding.largest must be an int, got 16.0"),
+        (lambda: Padding(True, rows_of), TypeError, r"Padding.largest must be an int, got True"),
+        (
+            lambda: Padding(4, None),
+            TypeError,
+            r"Padding.make_inputs must be callable, got NoneType",
+        ),
+        (lambda: Padding(4, rows_of, "nan"), TypeError, r"Padding.junk must be callable or None"),
+        (lambda: Trajectory(3), TypeError, r"Trajectory.next_inputs must be callable, got int"),
+        (
+            lambda: Trajectory(rows_of, teacher_forced=1),
+            TypeError,
+            r"Trajectory.teacher_forced must be True or False, got 1",
+        ),
+        (lambda: Trajectory(rows_of, case=-1), ValueError, r"Trajectory.case must be >= 0, got -1"),
+        (
+            lambda: Trajectory(rows_of, case="0"),
+            TypeError,
+            r"Trajectory.case must be an int, got '0'",
+        ),
+    ],
+)
+def test_a_malformed_padding_or_trajectory_is_refused_naming_the_field(
+    make: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        make()  # type: ignore[operator]

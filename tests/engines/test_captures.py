@@ -121,6 +121,21 @@ def test_only_work_inside_the_scope_counts(graph_class: type) -> None:
     assert counter.captures == [Capture(None, counter.captures[0].seconds, 1)]
 
 
+def test_all_replays_counts_graphs_captured_before_the_scope_too(graph_class: type) -> None:
+    """A runner captures its buckets at start-up: its replays still count as replays."""
+    before = graph_class()
+    capture(before)
+    before.replay()  # outside the scope: not counted
+    with CaptureCounter(graph_class) as counter:
+        before.replay()
+        inside = graph_class()
+        capture(inside)
+        inside.replay()
+        before.replay()
+    before.replay()
+    assert (counter.all_replays, counter.replays) == (3, 1)
+
+
 def test_a_graph_captured_again_starts_a_new_count(graph_class: type) -> None:
     graph = graph_class()
     with CaptureCounter(graph_class) as counter:

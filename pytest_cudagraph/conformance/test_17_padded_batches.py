@@ -1,0 +1,67 @@
+"""Padded batches: every real batch size from 1 to the largest the graphs serve is answered as
+eager answers it, over the real rows, and junk in the padded part of a call changes no real
+row. Code that pads a batch up to its bucket is wrong at the sizes between buckets when a
+static buffer is refreshed only in part (a stale tail) or when a padded row reaches a real one
+(a batch-wide statistic, a scatter to a stale slot); the other checks draw a few sizes per
+bucket, this one every size, and the padding holds junk (NaN, or a value no real row may read:
+what the target's ``padding.junk`` writes) so that a leak shows.
+
+Needs ``padding``. For each size: one eager call and one graphed call, and one more graphed
+call with junk where the target gives ``junk``: 48 calls on the reference (16 sizes, 5 keys),
+about a second."""
+
+from __future__ import annotations
+
+import torch
+
+from pytest_cudagraph.conformance.suite import FigureRecorder
+from pytest_cudagraph.conformance.support import (
+    differences,
+    eager_call,
+    graphed_call,
+    skip_without,
+)
+from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs, Padding
+from pytest_cudagraph.engines.parity import compare_outputs
+from pytest_cudagraph.skips import needs_cuda
+
+
+def padded(target: CudaGraphTarget, padding: Padding, rows: int) -> Inputs:
+    """A call with ``rows`` real rows, its values drawn from the seed ``rows``."""
+    return padding.make_inputs(torch.Generator(target.device).manual_seed(rows), rows)
+
+
+@needs_cuda
+def test_padded_batches(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
+    skip_without(target, "padding")
+    padding = target.padding
+    problems: list[str] = []
+    keys: set[object] = set()
+    poisoned = 0
+    for rows in range(1, padding.largest + 1):
+        inputs = padded(target, padding, rows)
+        key = target.key_of(inputs)
+        keys.add(key)
+        where = f"{rows} real rows (key {key!r}, seed {rows})"
+        expected = eager_call(target, inputs, seed=rows)
+        actual = graphed_call(target, padded(target, padding, rows), seed=rows)
+        problems += [f"{where}: {d}" for d in differences(target, inputs, expected, actual)]
+        if padding.junk is None:
+            continue
+        junk = padding.junk(padded(target, padding, rows))
+        poisoned += bool(compare_outputs(inputs, junk))
+        actual = graphed_call(target, junk, seed=rows)
+        problems += [
+            f"{where}, junk in its padded part: {d}"
+            for d in differences(target, inputs, expected, actual)
+        ]
+    if padding.junk is not None and not poisoned:
+        problems.append(
+            f"padding.junk changed no call of 1 to {padding.largest} real rows: nothing was "
+            "written where the padding goes, so no leak could show"
+        )
+    junked = f"; junk in the padded part of {poisoned}" if padding.junk is not None else ""
+    record_figure(
+        f"real batches of 1 to {padding.largest} rows over {len(keys)} keys against eager{junked}"
+    )
+    assert not problems, "padded batches answered unlike eager:\n" + "\n".join(problems[:10])

@@ -1,0 +1,63 @@
+"""Graphs used: in steady state every call of a cached key replays a graph. Code that captured
+its graphs can still run a call without them and answer right, only slowly: a lookup that
+misses the bucket's graph and falls back (SGLang #30752 looked graphs up by a raw batch size),
+eager above the largest bucket, a draft model never dispatched (vLLM #47460), an error mode
+that does not fire (PyTorch #193044), a module whose training flag differs from the one
+``make_graphed_callables`` graphed it in (it then runs its own forward). Replays are counted at
+torch's graph API (``CaptureCounter``, graphs captured before this check included). Calls the
+target declares eager (``runs_eagerly``) are counted and reported; any other call that replays
+no graph fails.
+
+2 warm-up rounds (compiled code records a key's graph on its second call), then 2 judged rounds,
+on up to 4 keys (no more than ``capacity``): at most 16 graphed calls and no eager one, well
+under a second on the reference."""
+
+from __future__ import annotations
+
+from pytest_cudagraph.conformance.suite import FigureRecorder
+from pytest_cudagraph.conformance.support import case_in_key, draw
+from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.engines.captures import CaptureCounter
+from pytest_cudagraph.skips import needs_cuda
+
+MAX_KEYS = 4
+WARM_ROUNDS = 2
+JUDGED_ROUNDS = 2
+
+
+@needs_cuda
+def test_graphs_used(
+    target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
+) -> None:
+    key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
+    for repeat in range(WARM_ROUNDS):
+        for key_index in range(key_count):
+            case = case_in_key(target, key_index, repeat)
+            target.graphed(draw(target, case, seed=case))
+    bypassed: list[str] = []
+    declared = 0
+    with capture_counter:
+        for repeat in range(WARM_ROUNDS, WARM_ROUNDS + JUDGED_ROUNDS):
+            for key_index in range(key_count):
+                case = case_in_key(target, key_index, repeat)
+                inputs = draw(target, case, seed=case)
+                before = capture_counter.all_replays
+                target.graphed(inputs)
+                if target.runs_eagerly is not None and target.runs_eagerly(inputs):
+                    declared += 1
+                elif capture_counter.all_replays == before:
+                    call = (repeat - WARM_ROUNDS) * key_count + key_index
+                    bypassed.append(
+                        f"call {call} (case {case}, key {target.key_of(inputs)!r}) replayed no "
+                        "graph: the graphed path ran without one"
+                    )
+    calls = JUDGED_ROUNDS * key_count
+    eager = f"; {declared} eager, as the target declares" if target.runs_eagerly else ""
+    record_figure(
+        f"{calls} calls over {key_count} keys after {WARM_ROUNDS} warm-up rounds: "
+        f"{capture_counter.all_replays} replays, {len(bypassed)} calls without a graph{eager}"
+    )
+    assert not bypassed, (
+        f"{len(bypassed)} of {calls} calls of cached keys ran without a graph (none declared "
+        "in runs_eagerly):\n" + "\n".join(bypassed[:10])
+    )

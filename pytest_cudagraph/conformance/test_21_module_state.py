@@ -1,0 +1,79 @@
+"""Module state: a graphed call changes the state of the modules it runs on as an eager call
+changes the eager side's. Python in a forward runs at warm-up and capture, never on replay: a
+counter it bumps or an attribute it sets stays as the capture left it (PyTorch #114844,
+Megatron-LM #1494); and warm-ups run the forward more often than the caller called it, so state
+the forward updates moves further than eager's (BatchNorm's running statistics: LibreYOLO #671,
+TransformerEngine #869, and ``make_graphed_callables``' own warm-ups).
+
+Needs ``side_state`` (the adapters give it where each side runs modules of its own). Before each
+pair of calls the eager side is given the graphed side's state, copied in place, so that both
+start alike; then one eager and one graphed call on the same inputs, and their states compared
+(parameters, buffers, tensor and number attributes) within the target's tolerance for its whole
+output. On each of up to 2 keys, two pairs: the first graphed call of a key after ``reset()``
+builds its graph (warm-ups, capture, its first replay), the second replays it. 4 graphed and 4
+eager calls, well under a second."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_cudagraph.conformance.suite import FigureRecorder
+from pytest_cudagraph.conformance.support import (
+    case_in_key,
+    draw,
+    eager_call,
+    graphed_call,
+    skip_without,
+)
+from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.engines.captures import CaptureCounter
+from pytest_cudagraph.engines.state import load_state, module_state, state_differences
+from pytest_cudagraph.skips import needs_cuda
+
+MAX_KEYS = 2
+CALLS_PER_KEY = 2  # the first builds the key's graph, the second replays it
+
+
+@needs_cuda
+def test_module_state(
+    target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
+) -> None:
+    skip_without(target, "side_state")
+    eager_side, graphed_side = target.side_state()
+    if eager_side is graphed_side:
+        pytest.fail(
+            "side_state() gives both sides the same modules: nothing to compare", pytrace=False
+        )
+    tolerance = target.tolerance_of(None)
+    key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
+    problems: list[str] = []
+    built = 0
+    with capture_counter:
+        for key_index in range(key_count):
+            for repeat in range(CALLS_PER_KEY):
+                case = case_in_key(target, key_index, repeat)
+                inputs = draw(target, case, seed=case)
+                load_state(eager_side, module_state(graphed_side))
+                captures = len(capture_counter.captures)
+                eager_call(target, inputs, seed=case)
+                graphed_call(target, draw(target, case, seed=case), seed=case)
+                building = len(capture_counter.captures) > captures
+                built += building
+                what = "building its graph (warm-ups, capture, replay)" if building else "a replay"
+                key = target.key_of(inputs)
+                found = state_differences(
+                    module_state(eager_side),
+                    module_state(graphed_side),
+                    atol=tolerance.atol,
+                    rtol=tolerance.rtol,
+                )
+                problems += [f"case {case} (key {key!r}), {what}: {m.describe()}" for m in found]
+    pieces = len(module_state(graphed_side))
+    record_figure(
+        f"{key_count * CALLS_PER_KEY} call pairs over {key_count} keys ({built} built a graph): "
+        f"{pieces} pieces of state compared"
+    )
+    assert not problems, (
+        "a graphed call changed its modules' state unlike an eager call:\n"
+        + "\n".join(problems[:10])
+    )

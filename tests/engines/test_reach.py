@@ -1,0 +1,120 @@
+"""The tensors a callable holds, found through closures, bound methods, attributes, modules and
+containers, by path; and a tensor replaced instead of copied into, named by its path."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+
+import torch
+from torch import nn
+
+from pytest_cudagraph.engines import reach
+from pytest_cudagraph.engines.reach import reachable_tensors, rebound, storages
+
+
+@dataclasses.dataclass
+class Entry:
+    x: torch.Tensor
+    graph: object = None
+
+
+class Runner:
+    """A cache the way users write one: a model, static buffers in a dict, entries per key."""
+
+    __slots__ = ("entries", "lock", "model", "static")
+
+    def __init__(self) -> None:
+        self.model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+        self.static = {"ids": torch.zeros(4, dtype=torch.long)}
+        self.entries = {(1, 2): Entry(torch.zeros(1, 2))}
+        self.lock = threading.Lock()
+
+    def run(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(inputs["x"])
+
+
+class OwnModule(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(2, 1, bias=False)
+        self.cache = torch.zeros(3)  # a plain tensor attribute
+        self._scratch = [torch.ones(1)]  # a user's private attribute is walked too
+
+
+def test_a_bound_method_reaches_its_objects_attributes_modules_and_containers() -> None:
+    runner = Runner()
+    found = reachable_tensors(runner.run, "graphed").tensors
+    assert sorted(found) == [
+        "graphed.entries[(1, 2)].x",
+        "graphed.model.0.bias",
+        "graphed.model.0.weight",
+        "graphed.model.1.bias",
+        "graphed.model.1.num_batches_tracked",
+        "graphed.model.1.running_mean",
+        "graphed.model.1.running_var",
+        "graphed.model.1.weight",
+        "graphed.static['ids']",
+    ]
+    assert found["graphed.static['ids']"] is runner.static["ids"]
+
+
+def test_a_closure_and_a_partial_reach_what_they_hold() -> None:
+    model, buffers = OwnModule(), {"positions": torch.arange(3)}
+
+    def graphed(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return model.inner(inputs["x"]) + buffers["positions"]
+
+    found = reachable_tensors(functools.partial(graphed, {}), "graphed").tensors
+    assert sorted(found) == [
+        "graphed.func.buffers['positions']",
+        "graphed.func.model._scratch[0]",
+        "graphed.func.model.cache",
+        "graphed.func.model.inner.weight",
+    ]
+
+
+def test_torchs_and_the_standard_librarys_objects_are_not_entered() -> None:
+    hidden = torch.zeros(1)
+    held = {
+        "compiled": torch.nn.functional.relu,  # torch's code
+        "lock": threading.Lock(),
+        "class": Runner,
+        "generator": torch.Generator(),
+        "thread": threading.Thread(target=lambda: hidden),  # its target holds a tensor
+    }
+    assert reachable_tensors(held, "held").tensors == {}
+
+
+def test_a_tensor_on_another_device_is_left_out_when_a_device_is_named() -> None:
+    held = {"here": torch.zeros(1), "meta": torch.empty(1, device="meta")}
+    found = reachable_tensors(held, "held", device=torch.device("cpu")).tensors
+    assert list(found) == ["held['here']"]
+
+
+def test_cycles_end_and_a_walk_past_its_bound_says_so(monkeypatch) -> None:
+    runner = Runner()
+    runner.entries[(1, 2)].graph = runner  # a cycle
+    assert len(reachable_tensors(runner, "runner").tensors) == 9
+    chain: list[object] = [torch.zeros(1)]
+    for _ in range(50):
+        chain = [chain]
+    monkeypatch.setattr(reach, "MAX_OBJECTS", 10)
+    assert reachable_tensors(chain, "chain").truncated
+    monkeypatch.setattr(reach, "MAX_OBJECTS", 10**5)
+    deep = reachable_tensors(chain, "chain")
+    assert not deep.truncated and deep.tensors == {}  # past MAX_DEPTH
+
+
+def test_a_tensor_replaced_instead_of_copied_into_is_named_by_its_path() -> None:
+    runner = Runner()
+    before = storages(reachable_tensors(runner.run, "graphed").tensors)
+    runner.static["ids"].copy_(torch.ones(4, dtype=torch.long))  # copied into: kept
+    runner.entries[(1, 2)].x = torch.ones(1, 2)  # replaced
+    runner.entries[(3, 4)] = Entry(torch.zeros(3, 4))  # a new entry: not a rebinding
+    after = storages(reachable_tensors(runner.run, "graphed").tensors)
+    (moved,) = rebound(before, after)
+    assert moved.path == "graphed.entries[(1, 2)].x"
+    assert moved.describe().startswith("graphed.entries[(1, 2)].x was rebound: its storage moved")
+    assert rebound(after, after) == []

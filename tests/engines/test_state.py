@@ -1,0 +1,124 @@
+"""Module state by path: copied, written back in place, compared; a Python-side counter and a
+batch norm's running statistics are state like any parameter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from pytest_cudagraph.engines.state import load_state, module_state, state_differences
+
+
+class Counting(nn.Module):
+    """A batch norm and a Python-side counter of its calls, as a training loop keeps them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm1d(3)
+        self.calls = 0
+        self.scale = torch.ones(3)  # a tensor attribute that is neither parameter nor buffer
+        self._cache = torch.zeros(1)  # private: not state
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.norm(x) * self.scale
+
+
+def test_the_state_is_every_parameter_buffer_tensor_and_number_by_path() -> None:
+    state = module_state(Counting())
+    # The batch norm's settings (eps, momentum, ...) are number attributes too.
+    assert sorted(state) == [
+        "calls",
+        "norm.affine",
+        "norm.bias",
+        "norm.eps",
+        "norm.momentum",
+        "norm.num_batches_tracked",
+        "norm.num_features",
+        "norm.running_mean",
+        "norm.running_var",
+        "norm.track_running_stats",
+        "norm.training",
+        "norm.weight",
+        "scale",
+        "training",
+    ]
+
+
+def test_a_copy_is_not_changed_by_later_calls_and_differences_name_their_path() -> None:
+    model = Counting().train()
+    before = module_state(model)
+    with torch.no_grad():
+        model(torch.randn(4, 3))
+    after = module_state(model)
+    found = {mismatch.path: mismatch for mismatch in state_differences(before, after)}
+    assert sorted(found) == [
+        "state['calls']",
+        "state['norm.num_batches_tracked']",
+        "state['norm.running_mean']",
+        "state['norm.running_var']",
+    ]
+    assert found["state['calls']"].describe() == (
+        "state['calls']: 0 in eager, 1 in graphed (|diff| 1, rel inf; tolerance exact)"
+    )
+
+
+def test_load_state_writes_in_place_keeping_every_tensors_storage() -> None:
+    source, target = Counting().train(), Counting()
+    with torch.no_grad():
+        source(torch.randn(4, 3))
+    storage = target.norm.running_mean.untyped_storage().data_ptr()
+    load_state(target, module_state(source))
+    assert not state_differences(module_state(source), module_state(target))
+    assert target.norm.running_mean.untyped_storage().data_ptr() == storage
+    assert target.calls == 1 and target.training
+
+
+def test_a_mapping_of_modules_names_each_by_its_key() -> None:
+    state = module_state({"encoder": nn.Linear(2, 2), "head": nn.Linear(2, 1)})
+    assert {"encoder.weight", "head.bias"} <= set(state)
+    assert {"0.weight", "1.bias"} <= set(module_state([nn.Linear(2, 2), nn.Linear(2, 1)]))
+
+
+def test_a_state_that_does_not_fit_is_refused_before_anything_is_written() -> None:
+    model = Counting()
+    state = module_state(model)
+    with pytest.raises(ValueError, match=r"paths \['scale', 'training'\] missing, \['extra'\]"):
+        load_state(
+            model, {**{path: value for path, value in state.items() if path < "s"}, "extra": 1}
+        )
+    wrong = {**state, "norm.running_mean": torch.zeros(4), "calls": 5}
+    with pytest.raises(
+        ValueError, match=r"norm.running_mean: a torch.float32 tensor of shape \(4,\)"
+    ):
+        load_state(model, wrong)
+    assert model.calls == 0  # nothing written
+    with pytest.raises(ValueError, match=r"calls: str 'x' is not a number"):
+        load_state(model, {**state, "calls": "x"})
+    with pytest.raises(TypeError, match=r"state lives in a torch.nn.Module.*got int"):
+        module_state(3)
+    with pytest.raises(TypeError, match=r"\['head'\] must be a torch.nn.Module, got str"):
+        module_state({"head": "linear"})
+
+
+class Watched(Counting):
+    """Records every attribute set on it after construction."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        object.__setattr__(self, "set_names", [])
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if "set_names" in self.__dict__:
+            self.set_names.append(name)
+        super().__setattr__(name, value)
+
+
+def test_load_state_sets_a_number_only_where_it_differs() -> None:
+    """Compiled code guards on module attributes: setting one to its own value can recompile."""
+    model = Watched()
+    load_state(model, module_state(model))
+    assert model.set_names == []
+    load_state(model, {**module_state(model), "calls": 3})
+    assert model.set_names == ["calls"] and model.calls == 3
