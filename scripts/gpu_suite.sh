@@ -19,7 +19,8 @@
 # fail on a median 25% slower), BENCH_ARGS (more pytest-benchmark arguments, words without
 # spaces), STEP_TIMEOUT (seconds per step), GPUS (how many GPUs to plan for; default what torch
 # sees), GIT_COMMIT (the commit the report names; default this clone's HEAD, with -dirty for
-# uncommitted changes).
+# uncommitted changes), STEPS (the names of the steps to run, separated by spaces; default every
+# step), JOBS (how many steps may run at once; default 1: one after another, as timings want).
 #
 # Each step writes the plugin's results (--cudagraph-json) beside its JUnit XML and log.
 # Steps may fail; the script goes on so the report shows every outcome, and exits non-zero if
@@ -69,20 +70,30 @@ shown() {  # the command as one would type it: a word with spaces in quotes
     echo "${words[*]}"
 }
 
-run() {  # name, then the pytest arguments
+step() {  # name, then the pytest arguments: one step, its outcome appended to exits.txt
     local name=$1; shift
-    echo "== $name: $(shown pytest "$@")"
-    [[ $dry_run -eq 1 ]] && return
     timeout "${STEP_TIMEOUT:-900}" python3 -m pytest "$@" --junitxml="$out/$name.xml" --cudagraph-json="$out/$name.json" -rfEs -p no:cacheprovider \
         >"$out/$name.log" 2>&1
     local rc=$?
     echo "$name exit $rc" | tee -a "$out/exits.txt"
     tail -n 25 "$out/$name.log"
-    [[ $rc -eq 0 ]] || status=1
+}
+
+run() {  # name, then the pytest arguments; with JOBS > 1 the step runs beside the others
+    local name=$1
+    [[ -n "${STEPS:-}" && " $STEPS " != *" $name "* ]] && return
+    echo "== $name: $(shown pytest "${@:2}")"
+    [[ $dry_run -eq 1 ]] && return
+    if [[ "${JOBS:-1}" -le 1 ]]; then
+        step "$@"
+        return
+    fi
+    while [[ $(jobs -rp | wc -l) -ge "$JOBS" ]]; do wait -n; done
+    step "$@" &
 }
 
 # shellcheck disable=SC2086  # TEST_ARGS is a list of arguments
-run tests ${TEST_ARGS:-tests --ignore=tests/bench} -m "not slow"
+run tests ${TEST_ARGS:-tests --ignore=tests/bench}
 run conformance --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn
 run conformance-kv --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn-kv
 run conformance-lean --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn-lean
@@ -111,8 +122,9 @@ if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
     # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
     run bench tests/bench --benchmark-enable --benchmark-only "${compare[@]}" \
         --benchmark-json="$out/benchmarks.json" ${BENCH_ARGS:-}
+    wait  # the report reads what every step wrote
     # bench.md keeps its own name too: gpu_report.py includes it.
-    if [[ $dry_run -eq 0 ]]; then
+    if [[ $dry_run -eq 0 && ( -z "${STEPS:-}" || " $STEPS " == *" bench "* ) ]]; then
         if python3 scripts/bench_report.py "$out/benchmarks.json" --out "$out/bench.md" --plot "$out/bench-$label.png" \
             >>"$out/bench.log" 2>&1; then
             cp "$out/bench.md" "$out/bench-$label.md"
@@ -123,5 +135,8 @@ if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
 fi
 
 [[ $dry_run -eq 1 ]] && exit 0
+wait
+# A step that did not exit 0, whether it ran in the background or not, fails the run.
+grep -qv " exit 0$" "$out/exits.txt" 2>/dev/null && status=1
 python3 scripts/gpu_report.py "$out" --label "$label" --commit "$commit" --out "$out/gpu-$label.md" || status=1
 exit $status
