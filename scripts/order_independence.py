@@ -20,6 +20,7 @@ import argparse
 import subprocess
 import sys
 from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "repeated. With --reuse-full, a long suite can be compared in several calls",
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run up to N checks alone at once (each in its own process; default 1)",
+    )
+    parser.add_argument(
         "--reuse-full",
         action="store_true",
         help="take the full run from OUT/full.json when it is there instead of running it again",
@@ -232,6 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
     pytest_args = argv[split + 1 :]
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     args.out.mkdir(parents=True, exist_ok=True)
     left_out = " and ".join(f"not test_{name}" for name in args.skip) or None
     full_path = args.out / "full.json"
@@ -244,10 +254,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     only = {f"test_{name}" for name in args.only}
     checks = [c for c in full.rows() if not only or function_name(c) in only]
-    alone = {}
-    for check in checks:
+    def run_alone(check: str) -> Run:
         path = args.out / f"alone-{function_name(check)}.json"
-        alone[check] = run_suite(args.target, path, function_name(check), pytest_args)
+        return run_suite(args.target, path, function_name(check), pytest_args)
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        alone = dict(zip(checks, pool.map(run_alone, checks), strict=True))
     comparisons = compare(full, alone, checks)
     report = markdown(args.target, comparisons)
     print(report)

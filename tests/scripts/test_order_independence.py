@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -263,3 +264,29 @@ def test_only_and_reuse_full_compare_a_subset_without_running_the_suite_again(
     text = report.read_text()
     assert "| guards |" not in text
     assert "peak +500 MiB alone, +350 MiB in the full suite" in text
+
+
+def test_jobs_run_the_checks_alone_side_by_side_and_compare_the_same(
+    script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checks = ("guards", "parity", "captures")
+    both_started = threading.Barrier(len(checks), timeout=10)  # all alone runs at once
+
+    def fake_run(target: str, json_path: Path, select: str | None, extra: list[str]) -> object:
+        if select is None:
+            rows = [(check, "passed", {}) for check in checks]
+        else:
+            both_started.wait()
+            rows = [(select.removeprefix("test_"), "passed", {})]
+        json_path.write_text(json.dumps(document(*rows)))
+        return script.load_run(json_path)
+
+    monkeypatch.setattr(script, "run_suite", fake_run)
+    report = tmp_path / "order.md"
+    assert (
+        script.main(["reasyn", "--out", str(tmp_path), "--jobs", "3", "--report", str(report)]) == 0
+    )
+    assert "0 of 3 checks differ." in report.read_text()
+    monkeypatch.setattr(script, "run_suite", None)  # refused before any run
+    with pytest.raises(SystemExit):
+        script.main(["reasyn", "--out", str(tmp_path), "--jobs", "0"])
