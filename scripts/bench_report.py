@@ -83,7 +83,7 @@ def _forward(variant: str, **where: Any) -> dict[str, Any]:
 
 # The project's goals, written before the runs that judge them; a goal a run misses is reported
 # missed and keeps its threshold (docs/benchmarks.md gives their history). "Exact graph": the
-# graph cache of the upstream-bit-identical step; "fast path": the graph cache of the lean
+# graph cache of the upstream-bit-identical step; "lean graph": the graph cache of the lean
 # step; "own eager": the eager step a graph replays. "Paired": the median over interleaved
 # calls of the two sides, so that both see the same clocks.
 GOALS: dict[str, Goal] = {
@@ -102,16 +102,16 @@ GOALS: dict[str, Goal] = {
     "exact graph build s, every key": Goal(
         1.0, "capture_s", _forward("graph"), at_least=False, every=EVERY_KEY
     ),
-    "fast path vs torch.compile of the lean step, every key (paired)": Goal(
+    "lean graph vs torch.compile of the lean step, every key (paired)": Goal(
         1.0, "graph_speedup_paired", _forward("compile_lean"), every=EVERY_KEY
     ),
-    "fast path graph vs its own eager, every key (paired)": Goal(
+    "lean graph graph vs its own eager, every key (paired)": Goal(
         1.0, "speedup_vs_own_eager", _forward("lean_graph"), every=EVERY_KEY
     ),
-    "fast path logits vs upstream, max relative difference, every key": Goal(
+    "lean graph logits vs upstream, max relative difference, every key": Goal(
         LEAN_TOLERANCE, "max_rel_diff", _forward("lean_eager"), at_least=False, every=EVERY_KEY
     ),
-    "fast path build s, every key": Goal(
+    "lean graph build s, every key": Goal(
         1.0, "capture_s", _forward("lean_graph"), at_least=False, every=EVERY_KEY
     ),
     # A build runs three warm-ups and a capture, about four of its eager steps: twice that.
@@ -171,7 +171,7 @@ FORWARD_VARIANTS = {
     "graph": "exact graph",
     "lean_eager": "lean eager",
     "compile_lean": "compile (lean step)",
-    "lean_graph": "fast path",
+    "lean_graph": "lean graph",
 }
 # The faster of the two eager steps of the exact path at a key: not a benchmark of its own.
 BEST_EAGER = "best eager"
@@ -182,22 +182,22 @@ PLOT_BARS = (
     ("compile", 'torch.compile "reduce-overhead" of the upstream step, bf16 weights'),
     ("graph", "exact graph (bit-identical to upstream)"),
     ("compile_lean", 'torch.compile "reduce-overhead" of the lean step'),
-    ("lean_graph", "fast path (graph of the lean step)"),
+    ("lean_graph", "lean graph (graph of the lean step)"),
 )
 # The head-to-heads of medians the prose under the AR forward tables states, key by key.
 COMPARISONS = (
-    ("lean_graph", "compile_lean", "The fast path against compile of the lean step"),
-    ("lean_graph", "compile", "The fast path against compile of the upstream step"),
+    ("lean_graph", "compile_lean", "The lean graph against compile of the lean step"),
+    ("lean_graph", "compile", "The lean graph against compile of the upstream step"),
     ("graph", "compile", "The exact graph against compile of the upstream step"),
-    ("lean_graph", "graph", "The fast path against the exact graph"),
+    ("lean_graph", "graph", "The lean graph against the exact graph"),
     ("graph", BEST_EAGER, "The exact graph against the best eager"),
 )
 # The paired head-to-heads: (the entry's variant, its paired figure, what the figure says).
 PAIRED_COMPARISONS = (
-    ("compile_lean", "graph_speedup_paired", "The fast path against compile of the lean step"),
+    ("compile_lean", "graph_speedup_paired", "The lean graph against compile of the lean step"),
     ("compile", "graph_speedup_paired", "The exact graph against compile of the upstream step"),
     ("graph", "speedup_vs_own_eager", "The exact graph against its own eager step"),
-    ("lean_graph", "speedup_vs_own_eager", "The fast path against its own eager step"),
+    ("lean_graph", "speedup_vs_own_eager", "The lean graph against its own eager step"),
 )
 
 
@@ -313,10 +313,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         "Upstream eager runs the fp32-weight decoder under bf16 autocast; every other variant "
         "runs bf16 weights. The exact graph replays the bf16-weight eager step, bit for bit "
-        "equal to upstream eager; the fast path is the graph of the lean step, within "
+        "equal to upstream eager; the lean graph is the graph of the lean step, within "
         f"{LEAN_TOLERANCE:g} of upstream's logits (largest difference over largest logit). "
         "compile (upstream step) compiles the step the exact graph replays; compile (lean step) "
-        "the step the fast path replays: the same weights, dtypes and work.",
+        "the step the lean graph replays: the same weights, dtypes and work.",
         "",
         *_table(
             ["key", *(f"{name} ms" for name in FORWARD_VARIANTS.values()), "who wins"],
@@ -331,8 +331,8 @@ def render_markdown(report: dict[str, Any]) -> str:
                 "exact graph / upstream eager",
                 "exact graph / own eager (paired)",
                 "exact graph / compile, upstream step (paired)",
-                "fast path / own eager (paired)",
-                "fast path / compile, lean step (paired)",
+                "lean graph / own eager (paired)",
+                "lean graph / compile, lean step (paired)",
             ],
             _forward_ratio_rows(forward),
         ),
@@ -341,13 +341,13 @@ def render_markdown(report: dict[str, Any]) -> str:
             [
                 "key",
                 "exact graph build s",
-                "fast path build s",
+                "lean graph build s",
                 "exact graph build in eager steps",
-                "fast path build in eager steps",
+                "lean graph build in eager steps",
                 "compile s, upstream step",
                 "compile s, lean step",
-                "fast path max rel diff",
-                "fast path argmax agreement",
+                "lean graph max rel diff",
+                "lean graph argmax agreement",
                 "compile max rel diff, upstream step",
                 "compile max rel diff, lean step",
             ],

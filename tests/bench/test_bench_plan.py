@@ -42,7 +42,7 @@ def test_compile_runs_before_any_graph_of_its_key_and_is_marked_slow():
     ]
     assert slow == list(ar_forward.COMPILED)
     # compile of the upstream step is paired with the exact graph, of the lean step with the
-    # fast path: each compiles the very step its partner graph replays.
+    # lean graph: each compiles the very step its partner graph replays.
     assert ar_forward.COMPILED == {"compile": False, "compile_lean": True}
 
 

@@ -101,7 +101,7 @@ def compile_claims() -> list[str]:
     loses = [ratio for ratio in exact.values() if ratio < 1]
     every = "at every key" if min(fast.values()) >= 1 else "NOT at every key"
     return [
-        f"the fast path is {span(list(fast.values()), 2, 'x')} faster {every}",
+        f"the lean graph is {span(list(fast.values()), 2, 'x')} faster {every}",
         f"the exact graph is faster only at {' and '.join(map(str, wins))} "
         f"({' and '.join(f'{exact[k]:.2f}x' for k in wins)}) and {span(loses, 2, 'x')} of it above",
     ]

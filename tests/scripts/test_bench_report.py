@@ -173,9 +173,9 @@ def test_forward_table_gives_every_variant_per_key_and_who_wins(report_module):
         cells = rows[key_cell(key)][1:8]
         assert [number(c) for c in cells] == pytest.approx([medians[v] for v in VARIANTS])
     who = {key: row[8] for key, row in rows.items()}
-    assert who["(1, 64)"] == "fast path, 1.13x over compile (lean step)"  # 0.70 / 0.62
+    assert who["(1, 64)"] == "lean graph, 1.13x over compile (lean step)"  # 0.70 / 0.62
     assert who["(64, 128)"] == "compile (lean step), 1.05x over compile (upstream step)"
-    assert who["(256, 512)"] == "fast path, 1.01x over compile (lean step)"  # 79.0 / 78.0
+    assert who["(256, 512)"] == "lean graph, 1.01x over compile (lean step)"  # 79.0 / 78.0
 
 
 def test_who_wins_with_one_variant_or_none_measured(report_module):
@@ -209,15 +209,15 @@ def test_prose_says_who_wins_where_from_the_medians_and_the_pairs(report_module)
     markdown = report_module.render_markdown(bench_json(forward_benchmarks()))
     fastest, medians, paired = bullets_by_title(markdown)
     assert fastest == [
-        "- Fastest at (1, 64), (8, 64), (16, 128), (256, 512): fast path.",
+        "- Fastest at (1, 64), (8, 64), (16, 128), (256, 512): lean graph.",
         "- Fastest at (64, 128): compile (lean step).",
     ]
     lean_vs_compile = (
         " as fast or faster at (1, 64) 1.13x, (8, 64) 1.06x, (16, 128) 1.07x, "
         "(256, 512) 1.01x; slower at (64, 128) 0.93x."
     )
-    assert medians["The fast path against compile of the lean step"] == lean_vs_compile
-    assert paired["The fast path against compile of the lean step"] == (
+    assert medians["The lean graph against compile of the lean step"] == lean_vs_compile
+    assert paired["The lean graph against compile of the lean step"] == (
         " as fast or faster at (1, 64) 1.129x, (8, 64) 1.059x, (16, 128) 1.071x, "
         "(256, 512) 1.013x; slower at (64, 128) 0.935x."
     )
@@ -364,7 +364,7 @@ def test_a_key_or_step_never_measured_leaves_an_every_goal_incomplete(report_mod
     assert row[4:] == ["lean (1, 64), exact (16, 128), lean (16, 128)", "incomplete"]
 
 
-def test_compile_of_the_lean_step_missing_at_one_key_fails_the_fast_paths_goal(report_module):
+def test_compile_of_the_lean_step_missing_at_one_key_fails_the_lean_graphs_goal(report_module):
     """The audit's case: drop one compile entry and "every key" must not read as met."""
     run = [
         b
@@ -372,16 +372,16 @@ def test_compile_of_the_lean_step_missing_at_one_key_fails_the_fast_paths_goal(r
         if (b["extra_info"]["variant"], b["extra_info"]["key"]) != ("compile_lean", [1, 64])
     ]
     results = report_module.judge_goals(report_module.load_entries(bench_json(run)))
-    fast = results["fast path vs torch.compile of the lean step, every key (paired)"]
+    fast = results["lean graph vs torch.compile of the lean step, every key (paired)"]
     assert (fast.verdict, fast.unmeasured) == ("missed", ("(1, 64)",))
     faster = {key: dict(ms, lean_graph=min(ms["lean_graph"], 0.9 * ms["compile_lean"]))
               for key, ms in FORWARD_MS.items()}  # fmt: skip
     run = [b for b in forward_benchmarks(faster) if b["extra_info"]["variant"] != "compile_lean"
            or b["extra_info"]["key"] != [1, 64]]  # fmt: skip
     results = report_module.judge_goals(report_module.load_entries(bench_json(run)))
-    fast = results["fast path vs torch.compile of the lean step, every key (paired)"]
+    fast = results["lean graph vs torch.compile of the lean step, every key (paired)"]
     assert (fast.verdict, fast.unmeasured) == ("incomplete", ("(1, 64)",))
-    assert "goal incomplete: fast path vs torch.compile of the lean step, every key (paired): " \
+    assert "goal incomplete: lean graph vs torch.compile of the lean step, every key (paired): " \
         "not measured at (1, 64)" in report_module.check(bench_json(run))  # fmt: skip
 
 
@@ -528,22 +528,22 @@ def test_the_realistic_run_meets_and_misses_forward_goals_at_their_worst_key(rep
     compile of the upstream step beats the exact graph at (8, 64); the exact graph loses to
     its own eager at (256, 512) by less than 1%, which "every key" counts; the rest are met."""
     rows = goal_rows(report_module.render_markdown(bench_json(forward_benchmarks())))
-    fast = rows["fast path vs torch.compile of the lean step, every key (paired)"]
+    fast = rows["lean graph vs torch.compile of the lean step, every key (paired)"]
     assert fast[2:] == ["0.935", "(64, 128)", "-", "missed"]
     exact = rows["exact graph vs torch.compile of the upstream step at (8, 64) (paired)"]
     assert exact[2:] == ["0.894", "(8, 64)", "-", "missed"]
     own = rows["exact graph vs its own eager, every key (paired)"]
     assert own[2:] == ["0.994", "(256, 512)", "-", "missed"]
-    assert rows["fast path graph vs its own eager, every key (paired)"][5] == "met"
-    assert rows["fast path logits vs upstream, max relative difference, every key"][2:] == [
+    assert rows["lean graph graph vs its own eager, every key (paired)"][5] == "met"
+    assert rows["lean graph logits vs upstream, max relative difference, every key"][2:] == [
         "0.012",
         "(256, 512)",
         "-",
         "met",
     ]
-    assert rows["fast path build s, every key"][2:] == ["0.400", "(256, 512)", "-", "met"]
+    assert rows["lean graph build s, every key"][2:] == ["0.400", "(256, 512)", "-", "met"]
     steps = rows["graph build in its own eager steps, every key, both steps"]
-    assert steps[2:] == ["5.429", "fast path (16, 128)", "-", "met"]  # 19 ms / 3.5 ms
+    assert steps[2:] == ["5.429", "lean graph (16, 128)", "-", "met"]  # 19 ms / 3.5 ms
     assert rows["exact graph vs upstream eager at (1, 64)"][5] == "met"
     assert rows["conformance suite failures, every target"][2:] == [
         "-",
@@ -619,7 +619,7 @@ def test_lean_tolerance_is_the_lean_steps_own(report_module):
     from reasyn_ref.lean import LEAN_TOLERANCE
 
     assert report_module.LEAN_TOLERANCE == LEAN_TOLERANCE
-    goal = report_module.GOALS["fast path logits vs upstream, max relative difference, every key"]
+    goal = report_module.GOALS["lean graph logits vs upstream, max relative difference, every key"]
     assert goal.threshold == LEAN_TOLERANCE
 
 
@@ -652,7 +652,7 @@ def test_check_exits_1_on_a_missed_goal_and_names_it(report_module, tmp_path):
     done = checked(tmp_path, bench_json(run))
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
-        "goal missed: fast path vs torch.compile of the lean step, every key (paired): 0.5 at "
+        "goal missed: lean graph vs torch.compile of the lean step, every key (paired): 0.5 at "
         "(64, 128)"
     ]
     assert (tmp_path / "bench.md").read_text().startswith("# Benchmarks")
