@@ -17,6 +17,8 @@ from pytest_cudagraph import report_markdown, results
 
 STEPS = (
     "tests",
+    "tests-reasyn-ref",
+    "tests-conformance",
     "conformance",
     "conformance-kv",
     "conformance-lean",

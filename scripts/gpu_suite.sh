@@ -14,7 +14,8 @@
 #
 # Knobs (environment): SKIP_INSTALL=1 (the caller installed both distributions; otherwise an
 # editable install of both, offline: --no-deps --no-build-isolation, which needs setuptools 77
-# or later), TEST_ARGS (the project's tests to run; default all but the benchmarks),
+# or later), TEST_ARGS (more pytest arguments for the three steps of the project's tests, words
+# without spaces, e.g. "-n 8"),
 # SKIP_BENCH=1, BENCH_COMPARE=1 (compare with the committed baseline of the running stack and
 # fail on a median 25% slower), BENCH_ARGS (more pytest-benchmark arguments, words without
 # spaces), STEP_TIMEOUT (seconds per step), GPUS (how many GPUs to plan for; default what torch
@@ -92,8 +93,15 @@ run() {  # name, then the pytest arguments; with JOBS > 1 the step runs beside t
     step "$@" &
 }
 
+# The project's tests (the benchmarks apart) in three steps, so that a step that dies loses only
+# its own results: the reference's tests, the broken targets' and examples' runs of the suite,
+# and the rest.
 # shellcheck disable=SC2086  # TEST_ARGS is a list of arguments
-run tests ${TEST_ARGS:-tests --ignore=tests/bench}
+run tests tests --ignore=tests/bench --ignore=tests/reasyn_ref --ignore=tests/conformance ${TEST_ARGS:-}
+# shellcheck disable=SC2086
+run tests-reasyn-ref tests/reasyn_ref ${TEST_ARGS:-}
+# shellcheck disable=SC2086
+run tests-conformance tests/conformance ${TEST_ARGS:-}
 run conformance --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn
 run conformance-kv --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn-kv
 run conformance-lean --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn-lean

@@ -254,6 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     only = {f"test_{name}" for name in args.only}
     checks = [c for c in full.rows() if not only or function_name(c) in only]
+
     def run_alone(check: str) -> Run:
         path = args.out / f"alone-{function_name(check)}.json"
         return run_suite(args.target, path, function_name(check), pytest_args)
