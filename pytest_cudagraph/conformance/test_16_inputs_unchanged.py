@@ -11,7 +11,12 @@ no eager one (well under a second on the reference)."""
 from __future__ import annotations
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import case_in_key, draw, input_tensor_names
+from pytest_cudagraph.conformance.support import (
+    case_in_key,
+    draw,
+    graphed_path,
+    input_tensor_names,
+)
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.unchanged import Unchanged
 from pytest_cudagraph.skips import needs_cuda
@@ -22,6 +27,7 @@ ROUNDS = 3  # the first captures each key; the later ones copy new inputs into i
 
 @needs_cuda
 def test_inputs_unchanged(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
+    graphed = graphed_path(target)
     key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
     held = Unchanged()
     problems: list[str] = []
@@ -33,7 +39,7 @@ def test_inputs_unchanged(target: CudaGraphTarget, record_figure: FigureRecorder
             call = f"call {repeat * key_count + key_index} (case {case}, key {key!r})"
             for name in input_tensor_names(inputs):
                 held.keep(f"input {name!r} of {call}", inputs[name])
-            target.graphed(inputs)
+            graphed(inputs)
             problems += [change.describe() for change in held.changes(after=call)]
     calls = ROUNDS * key_count
     record_figure(

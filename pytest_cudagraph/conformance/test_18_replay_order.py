@@ -26,12 +26,13 @@ from pytest_cudagraph.conformance.support import (
 )
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.unchanged import Unchanged
+from pytest_cudagraph.engines.units import KiB, MiB
 from pytest_cudagraph.skips import needs_cuda
 
 MAX_KEYS = 4
 # Canary sizes (bytes): the caching allocator's small-block, large-block and huge-block
 # classes, so that memory of each kind handed back and reused shows.
-CANARY_BYTES = (512, 256 * 1024, 4 * 1024 * 1024)
+CANARY_BYTES = (512, 256 * KiB, 4 * MiB)
 
 
 def replay_orders(keys: int) -> list[tuple[str, list[int]]]:

@@ -23,7 +23,7 @@ from pytest_cudagraph.conformance.support import (
     draw,
     eager_call,
     graphed_call,
-    skip_without,
+    needed,
 )
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.captures import CaptureCounter
@@ -38,8 +38,8 @@ CALLS_PER_KEY = 2  # the first builds the key's graph, the second replays it
 def test_module_state(
     target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
 ) -> None:
-    skip_without(target, "side_state")
-    eager_side, graphed_side = target.side_state()
+    side_state = needed(target.side_state, "side_state")
+    eager_side, graphed_side = side_state()
     if eager_side is graphed_side:
         pytest.fail(
             "side_state() gives both sides the same modules: nothing to compare", pytrace=False

@@ -16,7 +16,7 @@ reference)."""
 from __future__ import annotations
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import case_in_key, draw
+from pytest_cudagraph.conformance.support import case_in_key, draw, graphed_path
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.engines.reach import reachable_tensors, rebound, storages
@@ -30,10 +30,11 @@ ROUNDS = 3  # the first captures each key, the later ones replay it
 def test_no_rebound_tensors(
     target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
 ) -> None:
+    graphed = graphed_path(target)
     key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
 
     def look() -> dict[str, int]:
-        reach = reachable_tensors(target.graphed, "graphed", device=target.device)
+        reach = reachable_tensors(graphed, "graphed", device=target.device)
         assert not reach.truncated, "graphed holds too many objects to walk"
         return storages(reach.tensors)
 
@@ -46,7 +47,7 @@ def test_no_rebound_tensors(
                 case = case_in_key(target, key_index, repeat)
                 inputs = draw(target, case, seed=case)
                 captures = len(capture_counter.captures)
-                target.graphed(inputs)
+                graphed(inputs)
                 after = look()
                 if len(capture_counter.captures) == captures:
                     judged += 1

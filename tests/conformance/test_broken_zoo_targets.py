@@ -39,14 +39,11 @@ from pytest_cudagraph.conformance.target import (
     validate_target,
 )
 from pytest_cudagraph.engines.captures import CaptureCounter
+from pytest_cudagraph.engines.units import KiB, MiB
+from pytest_cudagraph.skips import needs_cuda
 
 CPU = torch.device("cpu")
 KEYS = (2, 3, 4)  # rows of x, one key each
-
-needs_cuda = pytest.mark.skipif(
-    not torch.cuda.is_available(),
-    reason="needs CUDA: the twins break CUDA graphs (torch.cuda.is_available() is False)",
-)
 
 
 def make_inputs(generator: torch.Generator, case: int) -> dict[str, Tensor]:
@@ -613,7 +610,7 @@ def test_each_twin_keeps_the_protocol_on_the_cpu(factory: str) -> None:
 
 def shown(size: int) -> str:
     """A size in bytes as the docs write it."""
-    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+    for unit, scale in (("MiB", MiB), ("KiB", KiB)):
         if size >= scale:
             return f"{size // scale} {unit}"
     return f"{size} B"
