@@ -26,7 +26,7 @@ from pytest_cudagraph.conformance.adapters import (
     input_shapes,
     keyed_cases,
 )
-from pytest_cudagraph.conformance.target import BIT_IDENTICAL, NEXT_CALL, NEXT_CALL_OF_KEY, OWNED
+from pytest_cudagraph.conformance.target import EXACT, NEXT_CALL, NEXT_CALL_OF_KEY, OWNED
 from pytest_cudagraph.skips import needs_cuda
 
 CPU = torch.device("cpu")
@@ -219,7 +219,7 @@ def test_a_function_of_a_model_gets_a_model_per_side_from_a_builder() -> None:
     )
     target.eager({"x": torch.zeros(2)})
     assert len(built) == 2 and [float(model.calls) for model in built] == [0.0, 1.0]
-    assert target.output_lifetime == OWNED and target.tolerance == BIT_IDENTICAL
+    assert target.output_lifetime == OWNED and target.tolerance == EXACT
 
 
 def test_the_adapters_say_which_modules_each_side_runs_on_unless_they_share_them() -> None:
