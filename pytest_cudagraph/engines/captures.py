@@ -21,6 +21,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 
+from pytest_cudagraph.engines.arguments import non_negative_number
 from pytest_cudagraph.engines.graph_api import Method, graph_class_with, patched
 
 _METHODS = ("capture_begin", "capture_end", "replay")
@@ -188,9 +189,6 @@ def replays_to_repay(capture_seconds: float, eager_seconds: float, graph_seconds
         ("eager_seconds", eager_seconds),
         ("graph_seconds", graph_seconds),
     ):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{name} must be a number, got {value!r}")
-        if not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        non_negative_number(name, value)
     saving = eager_seconds - graph_seconds
     return capture_seconds / saving if saving > 0 else math.inf

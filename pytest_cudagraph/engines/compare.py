@@ -17,26 +17,13 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from pytest_cudagraph.engines import trees
+from pytest_cudagraph.engines.arguments import non_negative_number
 
 if TYPE_CHECKING:
     import torch
 
 
 DEFAULT_SIDES = ("eager", "graphed")  # what a mismatch calls the first and the second value
-
-
-def tolerance_number(name: str, value: object) -> float:
-    """``value`` as a float when it is a finite number >= 0, the rule of either bound of a
-    tolerance; TypeError or ValueError naming it as ``name`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    try:
-        finite = math.isfinite(value)
-    except OverflowError:  # an int past what a float holds
-        finite = False
-    if not (finite and value >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -50,7 +37,7 @@ class Tolerance:
 
     def __post_init__(self) -> None:
         for name in ("atol", "rtol"):
-            tolerance_number(f"Tolerance.{name}", getattr(self, name))
+            non_negative_number(f"Tolerance.{name}", getattr(self, name))
 
     def describe(self) -> str:
         if self.atol == 0 and self.rtol == 0:
@@ -63,7 +50,7 @@ EXACT = Tolerance()
 
 def checked_tolerance(*, rtol: object, atol: object) -> Tolerance:
     """The tolerance of a caller's ``rtol`` and ``atol``, each checked under its own name."""
-    return Tolerance(rtol=tolerance_number("rtol", rtol), atol=tolerance_number("atol", atol))
+    return Tolerance(rtol=non_negative_number("rtol", rtol), atol=non_negative_number("atol", atol))
 
 
 @dataclass(frozen=True)
