@@ -172,6 +172,30 @@ def test_graphed_callables_checks_its_arguments(
         graphed_callables(3, **mlp_fields())
 
 
+@pytest.mark.parametrize("adapter", [compiled, graphed_callables])
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"fn": 3}, r"fn must be callable, got int"),
+        ({"call": "generate"}, r"call must be callable as call\(step, model, inputs\)"),
+        ({"share_state": "no"}, r"share_state must be True or False"),
+    ],
+)
+def test_the_step_is_checked_before_a_model_is_built(
+    adapter: Callable[..., object], changes: dict[str, object], message: str
+) -> None:
+    built: list[nn.Module] = []
+
+    def build() -> nn.Module:
+        built.append(nn.Linear(2, 2))
+        return built[-1]
+
+    arguments = {"fn": lambda model, x: model(x), "model": build, **mlp_fields(), **changes}
+    with pytest.raises(TypeError, match=message):
+        adapter(arguments.pop("fn"), **arguments)
+    assert built == []
+
+
 class Counting(nn.Module):
     """Adds how many calls came before: state a forward mutates, as a KV cache is."""
 
