@@ -92,6 +92,13 @@ def case_in_key(target: CudaGraphTarget, key_index: int, repeat: int) -> int:
     return key_index + repeat * target.num_keys
 
 
+def keys_held(target: CudaGraphTarget, most: int) -> int:
+    """How many keys a check that calls each key again walks: at most ``most``, and no more
+    than the target's cache holds (``capacity``), so that a later call of a key replays its
+    graph rather than capturing an evicted one afresh."""
+    return min(most, target.num_keys, target.capacity or most)
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for the device's work (nothing to wait for on the CPU)."""
     if device.type == "cuda":

@@ -11,7 +11,7 @@ is."""
 from __future__ import annotations
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import case_in_key, draw, graphed_path
+from pytest_cudagraph.conformance.support import case_in_key, draw, graphed_path, keys_held
 from pytest_cudagraph.conformance.target import NEXT_CALL, NEXT_CALL_OF_KEY, CudaGraphTarget
 from pytest_cudagraph.engines.parity import storage_overlaps
 from pytest_cudagraph.skips import needs_cuda
@@ -22,8 +22,7 @@ ROUNDS = 3  # the first captures each key, the later ones replay it
 
 @needs_cuda
 def test_output_storage(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    # No more keys than the cache holds, so later rounds replay rather than capture afresh.
-    key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
+    key_count = keys_held(target, MAX_KEYS)
     # Every input and output stays alive to the end: memory freed by one call and handed to
     # the next would look shared when it is not.
     kept: dict[str, tuple[object, object]] = {}  # description -> (key, value)

@@ -16,6 +16,7 @@ from pytest_cudagraph.conformance.support import (
     draw,
     graphed_path,
     input_tensor_names,
+    keys_held,
 )
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.unchanged import Unchanged
@@ -28,7 +29,7 @@ ROUNDS = 3  # the first captures each key; the later ones copy new inputs into i
 @needs_cuda
 def test_inputs_unchanged(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     graphed = graphed_path(target)
-    key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
+    key_count = keys_held(target, MAX_KEYS)
     held = Unchanged()
     problems: list[str] = []
     for repeat in range(ROUNDS):

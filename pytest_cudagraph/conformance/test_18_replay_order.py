@@ -23,6 +23,7 @@ from pytest_cudagraph.conformance.support import (
     draw,
     eager_call,
     graphed_call,
+    keys_held,
 )
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.unchanged import Unchanged
@@ -54,7 +55,7 @@ def lay_canaries(canaries: Unchanged, device: torch.device, where: str) -> None:
 
 @needs_cuda
 def test_replay_order(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
+    key_count = keys_held(target, MAX_KEYS)
     if key_count < 2:
         pytest.skip(
             f"the target has {key_count} key{'s' if key_count != 1 else ''} it can hold at once: "

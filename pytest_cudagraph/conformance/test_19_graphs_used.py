@@ -15,7 +15,7 @@ under a second on the reference."""
 from __future__ import annotations
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import case_in_key, draw, graphed_path
+from pytest_cudagraph.conformance.support import case_in_key, draw, graphed_path, keys_held
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.skips import needs_cuda
@@ -30,7 +30,7 @@ def test_graphs_used(
     target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
 ) -> None:
     graphed = graphed_path(target)
-    key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
+    key_count = keys_held(target, MAX_KEYS)
     for repeat in range(WARM_ROUNDS):
         for key_index in range(key_count):
             case = case_in_key(target, key_index, repeat)

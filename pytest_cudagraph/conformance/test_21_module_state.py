@@ -23,6 +23,7 @@ from pytest_cudagraph.conformance.support import (
     draw,
     eager_call,
     graphed_call,
+    keys_held,
     needed,
 )
 from pytest_cudagraph.conformance.target import CudaGraphTarget
@@ -45,7 +46,7 @@ def test_module_state(
             "side_state() gives both sides the same modules: nothing to compare", pytrace=False
         )
     tolerance = target.tolerance_of(None)
-    key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
+    key_count = keys_held(target, MAX_KEYS)
     problems: list[str] = []
     built = 0
     with capture_counter:

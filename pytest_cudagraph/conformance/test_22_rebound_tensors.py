@@ -16,7 +16,7 @@ reference)."""
 from __future__ import annotations
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import case_in_key, draw, graphed_path
+from pytest_cudagraph.conformance.support import case_in_key, draw, graphed_path, keys_held
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.engines.reach import reachable_tensors, rebound, storages
@@ -31,7 +31,7 @@ def test_no_rebound_tensors(
     target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
 ) -> None:
     graphed = graphed_path(target)
-    key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
+    key_count = keys_held(target, MAX_KEYS)
 
     def look() -> dict[str, int]:
         reach = reachable_tensors(graphed, "graphed", device=target.device)

@@ -10,7 +10,6 @@ passes, and the reference passes every new check it does not skip for a stated r
 from __future__ import annotations
 
 import copy
-import inspect
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from broken_zoo_targets import batch_scaled
+from cpu_checks import CPU, KEYS, cpu_target, double, run
 from graph_stand_ins import StandInGraph
 from suite_runner import table_verdicts
 from torch import Tensor, nn
@@ -38,42 +38,8 @@ from pytest_cudagraph.conformance.target import (
     Trajectory,
     validate_target,
 )
-from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.engines.units import KiB, MiB
 from pytest_cudagraph.skips import needs_cuda
-
-CPU = torch.device("cpu")
-KEYS = (2, 3, 4)  # rows of x, one key each
-
-
-def make_inputs(generator: torch.Generator, case: int) -> dict[str, Tensor]:
-    return {"x": torch.randn(KEYS[case % len(KEYS)], 4, generator=generator)}
-
-
-def double(inputs: dict[str, Tensor]) -> Tensor:
-    return inputs["x"] * 2
-
-
-def cpu_target(**changes: object) -> CudaGraphTarget:
-    """Three keys (x of 2, 3 or 4 rows); both sides double x."""
-    fields: dict[str, object] = dict(
-        device=CPU,
-        eager=double,
-        graphed=double,
-        make_inputs=make_inputs,
-        key_of=lambda inputs: inputs["x"].shape[0],
-        num_keys=len(KEYS),
-    )
-    return CudaGraphTarget(**{**fields, **changes})
-
-
-def run(check: Callable[..., None], target: CudaGraphTarget, **fixtures: object) -> list[str]:
-    """The check's figures; AssertionError (its verdict) propagates."""
-    figures: list[str] = []
-    if "capture_counter" in inspect.signature(check).parameters:
-        fixtures.setdefault("capture_counter", CaptureCounter(StandInGraph))
-    check(target, **fixtures, record_figure=figures.append)
-    return figures
 
 
 def reported(failure: pytest.ExceptionInfo[BaseException]) -> list[str]:

@@ -19,6 +19,7 @@ from pytest_cudagraph.conformance.support import (
     graphed_path,
     judged,
     kept,
+    keys_held,
     lock_was_held,
     needed,
     parts_of,
@@ -213,3 +214,16 @@ def test_the_graphed_path_is_the_targets_and_one_left_out_is_a_target_error() ->
     assert graphed_path(target) is graphed
     with pytest.raises(TargetError, match="graphed is None on cpu"):
         graphed_path(dataclasses.replace(target, graphed=None))
+
+
+@pytest.mark.parametrize(
+    ("num_keys", "capacity", "held"),
+    [(10, None, 4), (2, None, 2), (10, 3, 3), (10, 6, 4), (2, 3, 2)],
+)
+def test_a_check_walks_no_more_keys_than_the_cache_holds(
+    num_keys: int, capacity: int | None, held: int
+) -> None:
+    target = dataclasses.replace(
+        target_with_lock(threading.Lock()), num_keys=num_keys, capacity=capacity
+    )
+    assert keys_held(target, most=4) == held
