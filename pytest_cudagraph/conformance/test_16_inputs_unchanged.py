@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.conformance.support import (
-    case_in_key,
+    calls_over_keys,
     draw,
     graphed_path,
     input_tensor_names,
@@ -32,16 +32,13 @@ def test_inputs_unchanged(target: CudaGraphTarget, record_figure: FigureRecorder
     key_count = keys_held(target, MAX_KEYS)
     held = Unchanged()
     problems: list[str] = []
-    for repeat in range(ROUNDS):
-        for key_index in range(key_count):
-            case = case_in_key(target, key_index, repeat)
-            inputs = draw(target, case, seed=case)
-            key = target.key_of(inputs)
-            call = f"call {repeat * key_count + key_index} (case {case}, key {key!r})"
-            for name in input_tensor_names(inputs):
-                held.keep(f"input {name!r} of {call}", inputs[name])
-            graphed(inputs)
-            problems += [change.describe() for change in held.changes(after=call)]
+    for number, case in calls_over_keys(target, key_count, range(ROUNDS)):
+        inputs = draw(target, case, seed=case)
+        call = f"call {number} (case {case}, key {target.key_of(inputs)!r})"
+        for name in input_tensor_names(inputs):
+            held.keep(f"input {name!r} of {call}", inputs[name])
+        graphed(inputs)
+        problems += [change.describe() for change in held.changes(after=call)]
     calls = ROUNDS * key_count
     record_figure(
         f"{calls} calls over {key_count} keys: {len(held)} input tensors compared after each "

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from pytest_cudagraph.conformance.support import (
+    calls_over_keys,
     differences,
     draws_random_numbers,
     eager_call,
@@ -227,3 +228,11 @@ def test_a_check_walks_no_more_keys_than_the_cache_holds(
         target_with_lock(threading.Lock()), num_keys=num_keys, capacity=capacity
     )
     assert keys_held(target, most=4) == held
+
+
+def test_calls_over_keys_take_each_held_key_in_turn_round_after_round() -> None:
+    target = target_with_lock(threading.Lock())  # four keys: case c lands in key c % 4
+    calls = list(calls_over_keys(target, key_count=3, rounds=range(1, 3)))
+    # Calls count from 0 at the first round given; a round's cases are its keys' next ones.
+    assert calls == [(0, 4), (1, 5), (2, 6), (3, 8), (4, 9), (5, 10)]
+    assert list(calls_over_keys(target, key_count=2, rounds=range(0))) == []
