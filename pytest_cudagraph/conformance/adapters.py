@@ -158,35 +158,34 @@ def compiled(
     import torch._dynamo
 
     cases = _cases(keys, draw, key_of, largest_key, given)
-    original = _uncompiled(fn)
-    _check_callable("fn", original)
-    _check_call(call)
     _check_count("rerecord_limit", rerecord_limit)
     _check_flag("fullgraph", fullgraph)
     if dynamic is not None:
         _check_flag("dynamic", dynamic)
     with_graphs, without_graphs = _compile_options(mode, options)
-    graphed_code, eager_code, graphed_model, eager_model = _sides(original, model, share_state)
+    original = _uncompiled(fn)
+    sides = _sides(original, model, call, share_state, _default_call)
     if device.type != "cuda":  # no CUDA graphs here: the graphed side runs the twin's code
         graphed_step = torch.compile(
-            graphed_code, fullgraph=fullgraph, dynamic=dynamic, **without_graphs
+            sides.graphed_code, fullgraph=fullgraph, dynamic=dynamic, **without_graphs
         )
     elif fn is not original:
         graphed_step = fn  # the user's own compile line
     else:
         graphed_step = torch.compile(
-            graphed_code, fullgraph=fullgraph, dynamic=dynamic, **with_graphs
+            sides.graphed_code, fullgraph=fullgraph, dynamic=dynamic, **with_graphs
         )
-    eager_step = torch.compile(eager_code, fullgraph=fullgraph, dynamic=dynamic, **without_graphs)
+    eager_step = torch.compile(
+        sides.eager_code, fullgraph=fullgraph, dynamic=dynamic, **without_graphs
+    )
     limit = 2 * len(keys) + 2  # both sides of every key, and a spare for each
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, limit)
-    run = call or _default_call
     skips = InductorSkips()
     one_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compiled-target")
 
     def run_eager(inputs: Inputs) -> Any:
         with _on(device):
-            return run(eager_step, eager_model, inputs)
+            return sides.run(eager_step, sides.eager_model, inputs)
 
     def stepped(*args: Any, **kwargs: Any) -> Any:
         # Each call of the step a step of its own, as a decode loop's calls are: cudagraph trees
@@ -197,7 +196,7 @@ def compiled(
 
     def run_graphed(inputs: Inputs) -> Any:
         with _on(device), _rerecord_limit(rerecord_limit):
-            return run(stepped, graphed_model, inputs)
+            return sides.run(stepped, sides.graphed_model, inputs)
 
     def eager(inputs: Inputs) -> Any:
         return one_thread.submit(run_eager, inputs).result()
@@ -210,7 +209,7 @@ def compiled(
         graph_skips=skips.reasons,
         capacity=len(keys),
         output_lifetime=NEXT_CALL,
-        side_state=_side_state(eager_code, graphed_code, eager_model, graphed_model, share_state),
+        side_state=sides.side_state,
     )
     return _target(device, eager, graphed, cases, key_of, own, given)
 
@@ -241,16 +240,13 @@ def graphed_callables(
     import torch
 
     cases = _cases(keys, draw, key_of or input_argument_shapes, largest_key, given)
-    _check_callable("fn", fn)
-    _check_call(call)
     _check_count("num_warmup_iters", num_warmup_iters)
-    graphed_fn, eager_fn, graphed_model, eager_model = _sides(fn, model, share_state)
-    run = call or _default_positional_call
+    sides = _sides(fn, model, call, share_state, _default_positional_call)
     graphs: dict[Hashable, Callable[..., Any]] = {}
     lock = threading.Lock()
 
     def eager_step(*args: Any) -> Any:
-        return eager_fn(*args)
+        return sides.eager_code(*args)
 
     def graphed_step(*args: Any) -> Any:
         key = argument_shapes(args)
@@ -260,17 +256,17 @@ def graphed_callables(
             # static inputs, which every later call of that shape copies its arguments into.
             sample = tuple(arg.clone() if isinstance(arg, torch.Tensor) else arg for arg in args)
             graphs[key] = torch.cuda.make_graphed_callables(
-                lambda *args: graphed_fn(*args), sample, num_warmup_iters=num_warmup_iters
+                lambda *args: sides.graphed_code(*args), sample, num_warmup_iters=num_warmup_iters
             )
         return graphs[key](*args)
 
     def eager(inputs: Inputs) -> Any:
         with torch.no_grad(), _on(device):
-            return run(eager_step, eager_model, inputs)
+            return sides.run(eager_step, sides.eager_model, inputs)
 
     def graphed(inputs: Inputs) -> Any:
         with lock, torch.no_grad(), _on(device):
-            return run(graphed_step, graphed_model, inputs)
+            return sides.run(graphed_step, sides.graphed_model, inputs)
 
     def reset() -> None:
         with lock:
@@ -285,7 +281,7 @@ def graphed_callables(
         lock=lock,
         capacity=len(keys),
         output_lifetime=NEXT_CALL_OF_KEY,
-        side_state=_side_state(eager_fn, graphed_fn, eager_model, graphed_model, share_state),
+        side_state=sides.side_state,
     )
     if call is None and key_of is None:  # the graphs' own keys are the target's keys
         own["cached_keys"] = lambda: list(graphs)
@@ -400,14 +396,41 @@ def _target(
     )
 
 
-def _sides(code: Any, model: Any, share_state: bool) -> tuple[Any, Any, Any, Any]:
-    """(graphed code, eager code, graphed model, eager model): each side's state of its own
-    unless they share it. A module ``code`` without ``model`` holds the state itself and is
-    copied; with ``model``, the model is copied (a module) or built once per side (a zero-arg
-    builder); a plain function without ``model`` has no state to separate."""
+@dataclass(frozen=True)
+class _Sides:
+    """What the adapters that graph ``fn`` run each side on: its code and its model (None
+    when fn takes none), one call through a step (the user's ``call`` or the adapter's own),
+    and the modules the module-state check compares (None when the sides share them or hold
+    none)."""
+
+    graphed_code: Any
+    eager_code: Any
+    graphed_model: Any
+    eager_model: Any
+    run: Call
+    side_state: Callable[[], tuple[Any, Any]] | None
+
+
+def _sides(code: Any, model: Any, call: Call | None, share_state: bool, default: Call) -> _Sides:
+    """Each side's code and model, checked before any is copied or built: each side's state of
+    its own unless they share it. ``call`` None runs a call through ``default``."""
+    _check_callable("fn", code)
+    _check_call(call)
+    _check_flag("share_state", share_state)
+    graphed_code, eager_code, graphed_model, eager_model = _separated(code, model, share_state)
+    side_state = None
+    if not share_state:
+        side_state = _side_state(eager_code, graphed_code, eager_model, graphed_model)
+    return _Sides(graphed_code, eager_code, graphed_model, eager_model, call or default, side_state)
+
+
+def _separated(code: Any, model: Any, share_state: bool) -> tuple[Any, Any, Any, Any]:
+    """(graphed code, eager code, graphed model, eager model). A module ``code`` without
+    ``model`` holds the state itself and is copied; with ``model``, the model is copied (a
+    module) or built once per side (a zero-arg builder); a plain function without ``model`` has
+    no state to separate."""
     import torch
 
-    _check_flag("share_state", share_state)
     if model is None:
         if not isinstance(code, torch.nn.Module):
             return code, code, None, None
@@ -424,14 +447,12 @@ def _sides(code: Any, model: Any, share_state: bool) -> tuple[Any, Any, Any, Any
 
 
 def _side_state(
-    eager_code: Any, graphed_code: Any, eager_model: Any, graphed_model: Any, share_state: bool
+    eager_code: Any, graphed_code: Any, eager_model: Any, graphed_model: Any
 ) -> Callable[[], tuple[Any, Any]] | None:
     """The modules each side runs on, for the module-state check: the models, or the code when
-    it is a module itself; None when the sides share them or hold none."""
+    it is a module itself; None when they hold none."""
     import torch
 
-    if share_state:
-        return None
     if eager_model is not None:
         return lambda: (eager_model, graphed_model)
     if isinstance(eager_code, torch.nn.Module):

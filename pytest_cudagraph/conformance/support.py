@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import multiprocessing
 import os
 import sys
 import traceback
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pytest
@@ -90,6 +91,23 @@ def draw(target: CudaGraphTarget, case: int, seed: int) -> Inputs:
 def case_in_key(target: CudaGraphTarget, key_index: int, repeat: int) -> int:
     """The ``repeat``-th case landing in key number ``key_index``."""
     return key_index + repeat * target.num_keys
+
+
+def calls_over_keys(
+    target: CudaGraphTarget, key_count: int, rounds: range
+) -> Iterator[tuple[int, int]]:
+    """``(call, case)`` for each round of ``rounds``, a case of each of the first ``key_count``
+    keys in turn (``case_in_key``); ``call`` counts these calls from 0."""
+    pairs = itertools.product(rounds, range(key_count))
+    for call, (repeat, key_index) in enumerate(pairs):
+        yield call, case_in_key(target, key_index, repeat)
+
+
+def keys_held(target: CudaGraphTarget, most: int) -> int:
+    """How many keys a check that calls each key again walks: at most ``most``, and no more
+    than the target's cache holds (``capacity``), so that a later call of a key replays its
+    graph rather than capturing an evicted one afresh."""
+    return min(most, target.num_keys, target.capacity or most)
 
 
 def synchronize(device: torch.device) -> None:

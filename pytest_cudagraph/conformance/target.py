@@ -28,7 +28,6 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
-import math
 import re
 import sys
 import traceback
@@ -39,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+# The comparison engine's tolerance is the protocol's: given here by name too.
+from pytest_cudagraph.engines.compare import EXACT, Tolerance
 from pytest_cudagraph.engines.faults import LockLike
 
 if TYPE_CHECKING:
@@ -73,31 +74,6 @@ Part = Hashable
 # What ``real_part`` gives: an index of a tensor (a slice, an int, a tuple of them) for every
 # tensor of the output, or such an index per part.
 RealIndex = Any
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """How far a graphed output may be from eager: ``|a - b| <= atol + rtol * |b|``.
-    The default, both 0, is bit-identical."""
-
-    atol: float = 0.0
-    rtol: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("atol", "rtol"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"Tolerance.{name} must be a number, got {value!r}")
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"Tolerance.{name} must be a finite number >= 0, got {value!r}")
-
-    def describe(self) -> str:
-        if self.atol == 0 and self.rtol == 0:
-            return "bit-identical"
-        return f"atol {self.atol:g}, rtol {self.rtol:g}"
-
-
-BIT_IDENTICAL = Tolerance()
 
 
 @dataclass(frozen=True)
@@ -178,7 +154,7 @@ class CudaGraphTarget:
     The contract the code keeps (each has a default; every check honours it):
       tolerance: how close graphed must be to eager: one Tolerance for the whole output, or a
         mapping part -> Tolerance (a part is a key of a dict output, an index of a tuple or
-        list output), parts not named bit-identical (default bit-identical).
+        list output), parts not named exact (default exact; see Tolerance).
       real_part(inputs) -> index, or {part: index}: which part of each output is real when
         the graph runs a padded bucket; the checks compare ``output[index]`` of both sides (an
         index such as ``slice(0, rows)`` leaves a side already ``rows`` long as it is). None:
@@ -234,7 +210,7 @@ class CudaGraphTarget:
     make_inputs: Callable[[torch.Generator, int], Inputs]
     key_of: Callable[[Inputs], Hashable]
     num_keys: int
-    tolerance: Tolerance | Mapping[Part, Tolerance] = BIT_IDENTICAL
+    tolerance: Tolerance | Mapping[Part, Tolerance] = EXACT
     real_part: Callable[[Inputs], RealIndex | Mapping[Part, RealIndex]] | None = None
     output_lifetime: str = OWNED
     threads: str = CONCURRENT
@@ -260,13 +236,13 @@ class CudaGraphTarget:
         """The tolerance of one part of the output (None: the whole output)."""
         if isinstance(self.tolerance, Tolerance):
             return self.tolerance
-        return self.tolerance.get(part, BIT_IDENTICAL) if part is not None else BIT_IDENTICAL
+        return self.tolerance.get(part, EXACT) if part is not None else EXACT
 
     def describe_tolerance(self) -> str:
         if isinstance(self.tolerance, Tolerance):
             return self.tolerance.describe()
         named = [f"{part!r} {tolerance.describe()}" for part, tolerance in self.tolerance.items()]
-        return "; ".join([*named, "other parts bit-identical"])
+        return "; ".join([*named, f"other parts {EXACT.describe()}"])
 
 
 REQUIRED_FIELDS = tuple(f.name for f in fields(CudaGraphTarget) if f.default is MISSING)

@@ -23,7 +23,7 @@ from pytest_cudagraph.conformance.support import (
     real,
 )
 from pytest_cudagraph.conformance.target import (
-    BIT_IDENTICAL,
+    EXACT,
     CudaGraphTarget,
     Inputs,
     Part,
@@ -81,7 +81,7 @@ def tolerance_groups(target: CudaGraphTarget) -> list[tuple[Tolerance, list[Part
     parts = parts_of(eager_call(target, draw(target, 0, seed=0), seed=0)) or {}
     others = [part for part in parts if part not in target.tolerance]
     if others:
-        groups.setdefault(BIT_IDENTICAL, []).extend(others)
+        groups.setdefault(EXACT, []).extend(others)
     return list(groups.items())
 
 

@@ -22,7 +22,7 @@ from pytest_cudagraph.conformance.support import (
     tolerated,
 )
 from pytest_cudagraph.conformance.target import (
-    BIT_IDENTICAL,
+    EXACT,
     NEXT_CALL_OF_KEY,
     OWNED,
     CudaGraphTarget,
@@ -59,9 +59,7 @@ def test_owned_outputs(target: CudaGraphTarget, record_figure: FigureRecorder) -
         elif lifetime == OWNED:
             later.append(graphed_path(target)(draw(target, key_index, seed=repeat)))
     synchronize(target.device)
-    problems += [
-        f"kept output changed: {d}" for d in tolerated(snapshot, tensors_in(kept), BIT_IDENTICAL)
-    ]
+    problems += [f"kept output changed: {d}" for d in tolerated(snapshot, tensors_in(kept), EXACT)]
     if lifetime == OWNED:
         later_storages = {t.untyped_storage().data_ptr() for out in later for t in tensors_in(out)}
         for index, tensor in enumerate(tensors_in(kept)):

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.conformance.support import needed, tolerated
-from pytest_cudagraph.conformance.target import BIT_IDENTICAL, CudaGraphTarget
+from pytest_cudagraph.conformance.target import EXACT, CudaGraphTarget
 from pytest_cudagraph.skips import needs_cuda
 
 
@@ -17,7 +17,7 @@ from pytest_cudagraph.skips import needs_cuda
 def test_worker_processes(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     run_workers = needed(target.run_workers, "run_workers")
     results, expected = run_workers(2, False)
-    problems = tolerated(list(expected), list(results), BIT_IDENTICAL)
+    problems = tolerated(list(expected), list(results), EXACT)
     record_figure(f"2 workers on one GPU, graphs off: {len(results)} jobs")
     assert not problems, "worker results differ from eager:\n" + "\n".join(problems)
 

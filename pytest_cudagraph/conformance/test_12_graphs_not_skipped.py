@@ -8,7 +8,7 @@ made counts, not only those of this check's rounds."""
 from __future__ import annotations
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import case_in_key, draw, graphed_path, needed
+from pytest_cudagraph.conformance.support import calls_over_keys, draw, graphed_path, needed
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.skips import needs_cuda
 
@@ -20,10 +20,8 @@ ROUNDS = 3  # the first records each key's graph, the later ones must only repla
 def test_graphs_not_skipped(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     graph_skips = needed(target.graph_skips, "graph_skips")
     key_count = min(MAX_KEYS, target.num_keys)
-    for repeat in range(ROUNDS):
-        for key_index in range(key_count):
-            case = case_in_key(target, key_index, repeat)
-            graphed_path(target)(draw(target, case, seed=case))
+    for _, case in calls_over_keys(target, key_count, range(ROUNDS)):
+        graphed_path(target)(draw(target, case, seed=case))
     skips = list(graph_skips())
     record_figure(
         f"{ROUNDS} rounds over {key_count} keys: {len(skips)} graph(s) skipped since the target "

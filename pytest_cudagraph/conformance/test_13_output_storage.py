@@ -11,7 +11,7 @@ is."""
 from __future__ import annotations
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import case_in_key, draw, graphed_path
+from pytest_cudagraph.conformance.support import calls_over_keys, draw, graphed_path, keys_held
 from pytest_cudagraph.conformance.target import NEXT_CALL, NEXT_CALL_OF_KEY, CudaGraphTarget
 from pytest_cudagraph.engines.parity import storage_overlaps
 from pytest_cudagraph.skips import needs_cuda
@@ -22,32 +22,29 @@ ROUNDS = 3  # the first captures each key, the later ones replay it
 
 @needs_cuda
 def test_output_storage(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    # No more keys than the cache holds, so later rounds replay rather than capture afresh.
-    key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
+    key_count = keys_held(target, MAX_KEYS)
     # Every input and output stays alive to the end: memory freed by one call and handed to
     # the next would look shared when it is not.
     kept: dict[str, tuple[object, object]] = {}  # description -> (key, value)
     problems = []
-    for repeat in range(ROUNDS):
-        for key_index in range(key_count):
-            case = case_in_key(target, key_index, repeat)
-            inputs = draw(target, case, seed=case)
-            key = target.key_of(inputs)
-            name = f"call {repeat * key_count + key_index} (key {key!r})"
-            expected = target.eager(draw(target, case, seed=case))
-            output = graphed_path(target)(inputs)
-            earlier = {
-                what: value
-                for what, (earlier_key, value) in kept.items()
-                if not may_share(target, key, earlier_key, what)
-            }
-            others = {"its inputs": inputs, "its eager output": expected, **earlier}
-            problems += [
-                overlap.describe()
-                for overlap in storage_overlaps(output, others, path=f"{name}: output")
-            ]
-            kept[f"{name}'s output"] = (key, output)
-            kept[f"{name}'s inputs"] = (key, inputs)
+    for call, case in calls_over_keys(target, key_count, range(ROUNDS)):
+        inputs = draw(target, case, seed=case)
+        key = target.key_of(inputs)
+        name = f"call {call} (key {key!r})"
+        expected = target.eager(draw(target, case, seed=case))
+        output = graphed_path(target)(inputs)
+        earlier = {
+            what: value
+            for what, (earlier_key, value) in kept.items()
+            if not may_share(target, key, earlier_key, what)
+        }
+        others = {"its inputs": inputs, "its eager output": expected, **earlier}
+        problems += [
+            overlap.describe()
+            for overlap in storage_overlaps(output, others, path=f"{name}: output")
+        ]
+        kept[f"{name}'s output"] = (key, output)
+        kept[f"{name}'s inputs"] = (key, inputs)
     calls = ROUNDS * key_count
     record_figure(f"{calls} calls over {key_count} keys: {len(problems)} shared storage(s)")
     assert not problems, "graphed outputs that do not own their memory:\n" + "\n".join(

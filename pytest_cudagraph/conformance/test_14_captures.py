@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import case_in_key, draw, graphed_path, needed
+from pytest_cudagraph.conformance.support import calls_over_keys, draw, graphed_path, needed
 from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
 from pytest_cudagraph.engines.captures import CaptureCounter, replays_to_repay
 from pytest_cudagraph.skips import needs_cuda
@@ -29,12 +29,10 @@ TIMED_CALLS = 5
 def test_captures(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     key_count = min(MAX_KEYS, target.num_keys, needed(target.capacity, "capacity"))
     with CaptureCounter() as counter:
-        for repeat in range(ROUNDS):
-            for key_index in range(key_count):
-                case = case_in_key(target, key_index, repeat)
-                inputs = draw(target, case, seed=case)
-                with counter.key(target.key_of(inputs)):
-                    graphed_path(target)(inputs)
+        for _, case in calls_over_keys(target, key_count, range(ROUNDS)):
+            inputs = draw(target, case, seed=case)
+            with counter.key(target.key_of(inputs)):
+                graphed_path(target)(inputs)
         timed = draw(target, 0, seed=ROUNDS * target.num_keys)
         with counter.key(target.key_of(timed)):
             eager_s = seconds_per_call(target.eager, timed, target.device)

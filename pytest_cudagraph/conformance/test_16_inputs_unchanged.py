@@ -11,7 +11,13 @@ no eager one (well under a second on the reference)."""
 from __future__ import annotations
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import case_in_key, draw, input_tensor_names
+from pytest_cudagraph.conformance.support import (
+    calls_over_keys,
+    draw,
+    graphed_path,
+    input_tensor_names,
+    keys_held,
+)
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.unchanged import Unchanged
 from pytest_cudagraph.skips import needs_cuda
@@ -22,19 +28,17 @@ ROUNDS = 3  # the first captures each key; the later ones copy new inputs into i
 
 @needs_cuda
 def test_inputs_unchanged(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
+    graphed = graphed_path(target)
+    key_count = keys_held(target, MAX_KEYS)
     held = Unchanged()
     problems: list[str] = []
-    for repeat in range(ROUNDS):
-        for key_index in range(key_count):
-            case = case_in_key(target, key_index, repeat)
-            inputs = draw(target, case, seed=case)
-            key = target.key_of(inputs)
-            call = f"call {repeat * key_count + key_index} (case {case}, key {key!r})"
-            for name in input_tensor_names(inputs):
-                held.keep(f"input {name!r} of {call}", inputs[name])
-            target.graphed(inputs)
-            problems += [change.describe() for change in held.changes(after=call)]
+    for number, case in calls_over_keys(target, key_count, range(ROUNDS)):
+        inputs = draw(target, case, seed=case)
+        call = f"call {number} (case {case}, key {target.key_of(inputs)!r})"
+        for name in input_tensor_names(inputs):
+            held.keep(f"input {name!r} of {call}", inputs[name])
+        graphed(inputs)
+        problems += [change.describe() for change in held.changes(after=call)]
     calls = ROUNDS * key_count
     record_figure(
         f"{calls} calls over {key_count} keys: {len(held)} input tensors compared after each "

@@ -19,7 +19,7 @@ from pytest_cudagraph.conformance.support import (
     differences,
     eager_call,
     graphed_call,
-    skip_without,
+    needed,
 )
 from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs, Padding
 from pytest_cudagraph.engines.parity import compare_outputs
@@ -33,8 +33,7 @@ def padded(target: CudaGraphTarget, padding: Padding, rows: int) -> Inputs:
 
 @needs_cuda
 def test_padded_batches(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    skip_without(target, "padding")
-    padding = target.padding
+    padding = needed(target.padding, "padding")
     problems: list[str] = []
     keys: set[object] = set()
     poisoned = 0

@@ -23,15 +23,17 @@ from pytest_cudagraph.conformance.support import (
     draw,
     eager_call,
     graphed_call,
+    keys_held,
 )
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.unchanged import Unchanged
+from pytest_cudagraph.engines.units import KiB, MiB
 from pytest_cudagraph.skips import needs_cuda
 
 MAX_KEYS = 4
 # Canary sizes (bytes): the caching allocator's small-block, large-block and huge-block
 # classes, so that memory of each kind handed back and reused shows.
-CANARY_BYTES = (512, 256 * 1024, 4 * 1024 * 1024)
+CANARY_BYTES = (512, 256 * KiB, 4 * MiB)
 
 
 def replay_orders(keys: int) -> list[tuple[str, list[int]]]:
@@ -53,7 +55,7 @@ def lay_canaries(canaries: Unchanged, device: torch.device, where: str) -> None:
 
 @needs_cuda
 def test_replay_order(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
+    key_count = keys_held(target, MAX_KEYS)
     if key_count < 2:
         pytest.skip(
             f"the target has {key_count} key{'s' if key_count != 1 else ''} it can hold at once: "

@@ -15,7 +15,7 @@ under a second on the reference."""
 from __future__ import annotations
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import case_in_key, draw
+from pytest_cudagraph.conformance.support import calls_over_keys, draw, graphed_path, keys_held
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.skips import needs_cuda
@@ -29,28 +29,25 @@ JUDGED_ROUNDS = 2
 def test_graphs_used(
     target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
 ) -> None:
-    key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
-    for repeat in range(WARM_ROUNDS):
-        for key_index in range(key_count):
-            case = case_in_key(target, key_index, repeat)
-            target.graphed(draw(target, case, seed=case))
+    graphed = graphed_path(target)
+    key_count = keys_held(target, MAX_KEYS)
+    for _, case in calls_over_keys(target, key_count, range(WARM_ROUNDS)):
+        graphed(draw(target, case, seed=case))
     bypassed: list[str] = []
     declared = 0
     with capture_counter:
-        for repeat in range(WARM_ROUNDS, WARM_ROUNDS + JUDGED_ROUNDS):
-            for key_index in range(key_count):
-                case = case_in_key(target, key_index, repeat)
-                inputs = draw(target, case, seed=case)
-                before = capture_counter.all_replays
-                target.graphed(inputs)
-                if target.runs_eagerly is not None and target.runs_eagerly(inputs):
-                    declared += 1
-                elif capture_counter.all_replays == before:
-                    call = (repeat - WARM_ROUNDS) * key_count + key_index
-                    bypassed.append(
-                        f"call {call} (case {case}, key {target.key_of(inputs)!r}) replayed no "
-                        "graph: the graphed path ran without one"
-                    )
+        judged_rounds = range(WARM_ROUNDS, WARM_ROUNDS + JUDGED_ROUNDS)
+        for call, case in calls_over_keys(target, key_count, judged_rounds):
+            inputs = draw(target, case, seed=case)
+            before = capture_counter.all_replays
+            graphed(inputs)
+            if target.runs_eagerly is not None and target.runs_eagerly(inputs):
+                declared += 1
+            elif capture_counter.all_replays == before:
+                bypassed.append(
+                    f"call {call} (case {case}, key {target.key_of(inputs)!r}) replayed no "
+                    "graph: the graphed path ran without one"
+                )
     calls = JUDGED_ROUNDS * key_count
     eager = f"; {declared} eager, as the target declares" if target.runs_eagerly else ""
     record_figure(

@@ -20,6 +20,7 @@ from pytest_cudagraph.conformance.support import (
     graphed_call,
     graphed_path,
     judged,
+    keys_held,
     needed,
     skip_without,
 )
@@ -58,8 +59,7 @@ def test_state_isolation(target: CudaGraphTarget, record_figure: FigureRecorder)
 @needs_cuda
 def test_state_reset(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     reset_state = needed(target.reset_state, "reset_state")
-    # No more keys than the cache holds: an evicted key would be captured afresh.
-    key_count = min(KEYS, target.num_keys, target.capacity or KEYS)
+    key_count = keys_held(target, KEYS)
     keys = [case_in_key(target, key_index, 0) for key_index in range(key_count)]
     for case in keys:
         graphed_path(target)(draw(target, case, seed=case))

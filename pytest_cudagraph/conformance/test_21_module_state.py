@@ -23,7 +23,8 @@ from pytest_cudagraph.conformance.support import (
     draw,
     eager_call,
     graphed_call,
-    skip_without,
+    keys_held,
+    needed,
 )
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.captures import CaptureCounter
@@ -38,14 +39,14 @@ CALLS_PER_KEY = 2  # the first builds the key's graph, the second replays it
 def test_module_state(
     target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
 ) -> None:
-    skip_without(target, "side_state")
-    eager_side, graphed_side = target.side_state()
+    side_state = needed(target.side_state, "side_state")
+    eager_side, graphed_side = side_state()
     if eager_side is graphed_side:
         pytest.fail(
             "side_state() gives both sides the same modules: nothing to compare", pytrace=False
         )
     tolerance = target.tolerance_of(None)
-    key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
+    key_count = keys_held(target, MAX_KEYS)
     problems: list[str] = []
     built = 0
     with capture_counter:

@@ -16,7 +16,7 @@ reference)."""
 from __future__ import annotations
 
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import case_in_key, draw
+from pytest_cudagraph.conformance.support import calls_over_keys, draw, graphed_path, keys_held
 from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.engines.reach import reachable_tensors, rebound, storages
@@ -30,10 +30,11 @@ ROUNDS = 3  # the first captures each key, the later ones replay it
 def test_no_rebound_tensors(
     target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
 ) -> None:
-    key_count = min(MAX_KEYS, target.num_keys, target.capacity or MAX_KEYS)
+    graphed = graphed_path(target)
+    key_count = keys_held(target, MAX_KEYS)
 
     def look() -> dict[str, int]:
-        reach = reachable_tensors(target.graphed, "graphed", device=target.device)
+        reach = reachable_tensors(graphed, "graphed", device=target.device)
         assert not reach.truncated, "graphed holds too many objects to walk"
         return storages(reach.tensors)
 
@@ -41,19 +42,16 @@ def test_no_rebound_tensors(
     judged = 0
     before = look()
     with capture_counter:
-        for repeat in range(ROUNDS):
-            for key_index in range(key_count):
-                case = case_in_key(target, key_index, repeat)
-                inputs = draw(target, case, seed=case)
-                captures = len(capture_counter.captures)
-                target.graphed(inputs)
-                after = look()
-                if len(capture_counter.captures) == captures:
-                    judged += 1
-                    call = repeat * key_count + key_index
-                    where = f"call {call} (case {case}, key {target.key_of(inputs)!r})"
-                    problems += [f"{where}: {r.describe()}" for r in rebound(before, after)]
-                before = after
+        for call, case in calls_over_keys(target, key_count, range(ROUNDS)):
+            inputs = draw(target, case, seed=case)
+            captures = len(capture_counter.captures)
+            graphed(inputs)
+            after = look()
+            if len(capture_counter.captures) == captures:
+                judged += 1
+                where = f"call {call} (case {case}, key {target.key_of(inputs)!r})"
+                problems += [f"{where}: {r.describe()}" for r in rebound(before, after)]
+            before = after
     record_figure(
         f"{ROUNDS * key_count} calls over {key_count} keys, {judged} without a capture: "
         f"{len(before)} tensors held"

@@ -21,9 +21,9 @@ from pytest_cudagraph.conformance.support import (
     draw,
     eager_call,
     graphed_call,
-    skip_without,
+    needed,
 )
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
 from pytest_cudagraph.engines import trees
 from pytest_cudagraph.engines.trajectory import first_divergence
 from pytest_cudagraph.skips import needs_cuda
@@ -34,11 +34,10 @@ SEED = 0  # of the first step's inputs; step t runs under seed t
 
 @needs_cuda
 def test_trajectory(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    skip_without(target, "trajectory")
-    trajectory = target.trajectory
+    trajectory = needed(target.trajectory, "trajectory")
     keys: list[object] = []
 
-    def graphed(step: int, inputs: object) -> object:
+    def graphed(step: int, inputs: Inputs) -> object:
         key = target.key_of(inputs)
         if not keys or keys[-1] != key:
             keys.append(key)

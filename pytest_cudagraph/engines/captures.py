@@ -1,10 +1,8 @@
 """Count the CUDA graph captures and replays code makes in a scope, whatever makes them.
 
-torch.cuda.graph, make_graphed_callables, a cache that calls ``capture_begin`` itself and
-torch.compile's cudagraph trees all capture and replay through the methods of
-``torch.cuda.CUDAGraph`` (torch 2.7 to 2.11), so ``CaptureCounter`` wraps ``capture_begin``,
-``capture_end`` and ``replay`` on that class while its scope is open. The class is a
-parameter, so the counting is tested on the CPU with a stand-in of the same shape.
+``CaptureCounter`` wraps ``capture_begin``, ``capture_end`` and ``replay`` of torch's graph
+class while its scope is open (``engines.graph_api``: every graph goes through them; a stand-in
+class on the CPU).
 
 A key counts as captured again only through captures that were replayed: a graph that is
 never replayed serves no call, like the empty graph torch.compile's cudagraph-tree manager
@@ -18,12 +16,15 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Hashable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
+
+from pytest_cudagraph.engines.arguments import non_negative_number
+from pytest_cudagraph.engines.graph_api import Method, graph_class_with, patched
 
 _METHODS = ("capture_begin", "capture_end", "replay")
-_INHERITED = object()
 
 
 @dataclass(frozen=True)
@@ -50,16 +51,7 @@ class CaptureCounter:
     """
 
     def __init__(self, graph_class: type | None = None) -> None:
-        if graph_class is None:
-            import torch
-
-            graph_class = torch.cuda.CUDAGraph
-        if not isinstance(graph_class, type):
-            raise TypeError(f"graph_class must be a class, got {graph_class!r}")
-        missing = [name for name in _METHODS if not callable(getattr(graph_class, name, None))]
-        if missing:
-            raise TypeError(f"graph_class {graph_class.__name__} lacks the methods {missing}")
-        self.graph_class = graph_class
+        self.graph_class = graph_class_with(graph_class, _METHODS)
         self._lock = threading.Lock()
         self._captures: list[Capture] = []
         self._started: dict[int, tuple[float, Hashable | None]] = {}
@@ -68,30 +60,24 @@ class CaptureCounter:
         self._latest: dict[int, int] = {}
         self._all_replays = 0
         self._keys = threading.local()  # each thread's stack of keys (``key``)
-        self._patched: dict[str, tuple[object, object]] = {}
+        self._patches: ExitStack | None = None
         self._active = False
 
     def __enter__(self) -> CaptureCounter:
-        if self._patched:
+        if self._patches is not None:
             raise RuntimeError("this CaptureCounter is already counting; use a new one")
+        with ExitStack() as patches:
+            for name in _METHODS:
+                patches.enter_context(patched(self.graph_class, name, partial(self._wrap, name)))
+            self._patches = patches.pop_all()
         self._active = True
-        for name in _METHODS:
-            own = vars(self.graph_class).get(name, _INHERITED)
-            wrapper = self._wrap(name, getattr(self.graph_class, name))
-            setattr(self.graph_class, name, wrapper)
-            self._patched[name] = (own, wrapper)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self._active = False  # a wrapper left behind by out-of-order exits counts nothing
-        for name, (own, wrapper) in self._patched.items():
-            if vars(self.graph_class).get(name) is not wrapper:
-                continue
-            if own is _INHERITED:
-                delattr(self.graph_class, name)
-            else:
-                setattr(self.graph_class, name, own)
-        self._patched.clear()
+        patches, self._patches = self._patches, None
+        if patches is not None:
+            patches.close()
 
     @contextmanager
     def key(self, key: Hashable) -> Iterator[None]:
@@ -150,7 +136,7 @@ class CaptureCounter:
     def capture_seconds(self) -> float:
         return sum(capture.seconds for capture in self.captures)
 
-    def _wrap(self, name: str, original: Callable[..., object]) -> Callable[..., object]:
+    def _wrap(self, name: str, original: Method) -> Method:
         hook = getattr(self, f"_on_{name}")
 
         def counted(graph: object, *args: object, **kwargs: object) -> object:
@@ -158,11 +144,9 @@ class CaptureCounter:
                 return original(graph, *args, **kwargs)
             return hook(original, graph, *args, **kwargs)
 
-        counted.__name__ = name
-        counted.__doc__ = getattr(original, "__doc__", None)
         return counted
 
-    def _on_capture_begin(self, original: Callable[..., object], graph: object, *a, **k) -> object:
+    def _on_capture_begin(self, original: Method, graph: object, *a, **k) -> object:
         stack = self._key_stack()
         key = stack[-1] if stack else None
         self._started[id(graph)] = (time.perf_counter(), key)
@@ -172,7 +156,7 @@ class CaptureCounter:
             self._started.pop(id(graph), None)
             raise
 
-    def _on_capture_end(self, original: Callable[..., object], graph: object, *a, **k) -> object:
+    def _on_capture_end(self, original: Method, graph: object, *a, **k) -> object:
         try:
             result = original(graph, *a, **k)
         except BaseException:
@@ -186,7 +170,7 @@ class CaptureCounter:
                 self._captures.append(Capture(key, time.perf_counter() - began))
         return result
 
-    def _on_replay(self, original: Callable[..., object], graph: object, *a, **k) -> object:
+    def _on_replay(self, original: Method, graph: object, *a, **k) -> object:
         result = original(graph, *a, **k)
         with self._lock:
             self._all_replays += 1
@@ -205,9 +189,6 @@ def replays_to_repay(capture_seconds: float, eager_seconds: float, graph_seconds
         ("eager_seconds", eager_seconds),
         ("graph_seconds", graph_seconds),
     ):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{name} must be a number, got {value!r}")
-        if not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        non_negative_number(name, value)
     saving = eager_seconds - graph_seconds
     return capture_seconds / saving if saving > 0 else math.inf

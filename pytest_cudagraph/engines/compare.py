@@ -2,10 +2,10 @@
 
 ``compare_outputs(expected, actual)`` lists every difference: containers walked as
 ``trees.node`` sees them, tensors compared by shape, dtype and value under one tolerance rule
-(bools exactly, integers in integer arithmetic), number leaves by the same rule, other leaves
-with ``==``. Its two halves, ``pending_comparison`` and ``settle_comparison``, let a caller queue
-many tensor comparisons on the device and read them with one synchronization. torch is
-imported when used.
+(``Tolerance``; bools exactly, integers in integer arithmetic), number leaves by the same rule,
+other leaves with ``==``. Its two halves, ``pending_comparison`` and ``settle_comparison``, let
+a caller queue many tensor comparisons on the device and read them with one synchronization.
+torch is imported when used.
 """
 
 from __future__ import annotations
@@ -17,21 +17,40 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from pytest_cudagraph.engines import trees
+from pytest_cudagraph.engines.arguments import non_negative_number
 
 if TYPE_CHECKING:
     import torch
 
 
-def check_tolerances(rtol: object, atol: object) -> tuple[float, float]:
-    """(rtol, atol) as floats when each is a finite number >= 0."""
-    checked = []
-    for name, value in (("rtol", rtol), ("atol", atol)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{name} must be a number, got {value!r}")
-        if not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        checked.append(float(value))
-    return checked[0], checked[1]
+DEFAULT_SIDES = ("eager", "graphed")  # what a mismatch calls the first and the second value
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far the second value may be from the first (graphed from eager): they agree where
+    ``|second - first| <= atol + rtol * |first|``. Both finite numbers >= 0; both 0, the
+    default, is exact (NaN agreeing with NaN)."""
+
+    atol: float = 0.0
+    rtol: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("atol", "rtol"):
+            non_negative_number(f"Tolerance.{name}", getattr(self, name))
+
+    def describe(self) -> str:
+        if self.atol == 0 and self.rtol == 0:
+            return "exact"
+        return f"atol {self.atol:g}, rtol {self.rtol:g}"
+
+
+EXACT = Tolerance()
+
+
+def checked_tolerance(*, rtol: object, atol: object) -> Tolerance:
+    """The tolerance of a caller's ``rtol`` and ``atol``, each checked under its own name."""
+    return Tolerance(rtol=non_negative_number("rtol", rtol), atol=non_negative_number("atol", atol))
 
 
 @dataclass(frozen=True)
@@ -55,7 +74,7 @@ class Mismatch:
     rel_diff: float | None = None
     atol: float = 0.0
     rtol: float = 0.0
-    sides: tuple[str, str] = ("eager", "graphed")
+    sides: tuple[str, str] = DEFAULT_SIDES
 
     def describe(self) -> str:
         first, second = self.sides
@@ -70,9 +89,7 @@ class Mismatch:
         )
 
     def tolerance(self) -> str:
-        if self.atol == 0 and self.rtol == 0:
-            return "exact"
-        return f"atol {self.atol:g}, rtol {self.rtol:g}"
+        return Tolerance(self.atol, self.rtol).describe()
 
     def data(self) -> dict[str, object]:
         """Plain data, as strict JSON holds it (it may travel from an xdist worker)."""
@@ -101,7 +118,7 @@ def compare_outputs(
     rtol: float = 0.0,
     atol: float = 0.0,
     path: str = "output",
-    sides: tuple[str, str] = ("eager", "graphed"),
+    sides: tuple[str, str] = DEFAULT_SIDES,
 ) -> list[Mismatch]:
     """Every difference between two outputs, walking the containers of ``trees.node``
     (mappings, sequences, dataclasses, namespaces).
@@ -112,24 +129,28 @@ def compare_outputs(
     same rule; other leaves are compared with ``==``. A leaf that cannot be compared (see
     ``trees.unsupported``) is a TypeError naming its path.
     """
-    pending = pending_comparison(expected, actual, rtol=rtol, atol=atol, path=path, sides=sides)
-    return settle_comparison(pending)
+    tolerance = checked_tolerance(rtol=rtol, atol=atol)
+    return settle_comparison(
+        pending_comparison(expected, actual, tolerance, path=path, sides=sides)
+    )
 
 
 def pending_comparison(
     expected: object,
     actual: object,
+    tolerance: Tolerance = EXACT,
     *,
-    rtol: float = 0.0,
-    atol: float = 0.0,
     path: str = "output",
-    sides: tuple[str, str] = ("eager", "graphed"),
+    sides: tuple[str, str] = DEFAULT_SIDES,
 ) -> list[Mismatch | PendingValues]:
-    """``compare_outputs`` without waiting for the device: the differences found on the host,
-    and for each pair of tensors their comparison queued on the device, taken from what the
-    two hold now (``settle_comparison`` reads them, with one synchronization for many)."""
-    rtol, atol = check_tolerances(rtol, atol)
+    """``compare_outputs`` under ``tolerance`` without waiting for the device: the differences
+    found on the host, and for each pair of tensors their comparison queued on the device, taken
+    from what the two hold now (``settle_comparison`` reads them, with one synchronization for
+    many)."""
+    if not isinstance(tolerance, Tolerance):
+        raise TypeError(f"tolerance must be a Tolerance, got {type(tolerance).__name__}")
     found: list[Mismatch | PendingValues] = []
+    rtol, atol = float(tolerance.rtol), float(tolerance.atol)
     _compare(expected, actual, rtol, atol, path, sides, found)
     return found
 

@@ -15,7 +15,6 @@ imported when a probe is made, so loading the plugin costs nothing.
 from __future__ import annotations
 
 import gc
-import math
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -23,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from pytest_cudagraph.engines.arguments import non_negative_number
 from pytest_cudagraph.engines.units import MiB
 
 if TYPE_CHECKING:
@@ -138,18 +138,12 @@ class MemoryVerdict:
 
 def check_bound_mib(bound_mib: object) -> float:
     """``bound_mib`` when it is a finite number of MiB >= 0."""
-    if isinstance(bound_mib, bool) or not isinstance(bound_mib, (int, float)):
-        raise TypeError(
-            f"bound_mib must be a number of MiB, got {bound_mib!r} (a size with a unit, such as "
-            "'16MiB', is for the marker and the setting)"
-        )
     try:
-        finite = math.isfinite(bound_mib)
-    except OverflowError:  # an integer past what a float holds
-        finite = False
-    if not (finite and bound_mib >= 0):
-        raise ValueError(f"bound_mib must be a finite number >= 0, got {bound_mib!r}")
-    return float(bound_mib)
+        return non_negative_number("bound_mib", bound_mib, kind="a number of MiB")
+    except TypeError as error:
+        raise TypeError(
+            f"{error} (a size with a unit, such as '16MiB', is for the marker and the setting)"
+        ) from None
 
 
 def judge_growth(report: MemoryReport, bound_mib: float) -> MemoryVerdict:

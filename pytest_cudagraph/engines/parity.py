@@ -30,7 +30,7 @@ from pytest_cudagraph.engines import rng, trees
 from pytest_cudagraph.engines.compare import (
     Mismatch,
     PendingValues,
-    check_tolerances,
+    checked_tolerance,
     compare_outputs,
     pending_comparison,
     settle_comparisons,
@@ -245,7 +245,7 @@ class ParityChecker:
                 raise TypeError(f"{name} must be callable, got {function!r}")
         if key_of is not None and not callable(key_of):
             raise TypeError(f"key_of must be callable or None, got {key_of!r}")
-        rtol, atol = check_tolerances(rtol, atol)
+        tolerance = checked_tolerance(rtol=rtol, atol=atol)
         case_values = self._case_values(cases)
         indices = self._indices(len(case_values))
         earlier = EarlierOutputs(self.output_budget_bytes)
@@ -285,7 +285,7 @@ class ParityChecker:
                     ]
                     # Read later, many cases at once: a read per case would make the host
                     # wait for the device every case instead of preparing the next one.
-                    found += pending_comparison(expected, actual, rtol=rtol, atol=atol)
+                    found += pending_comparison(expected, actual, tolerance)
                     earlier.keep(actual, f"case {index} output")
                 # The next case's inputs are made without this one's held.
                 del eager_inputs, graphed_inputs, returned, expected, actual

@@ -127,8 +127,8 @@ def _children(value: object, path: str) -> Iterator[tuple[str, object]]:
     elif isinstance(value, torch.nn.Module):
         for attribute, tensor in value.named_parameters(recurse=False):
             yield f"{path}.{attribute}", tensor
-        for attribute, tensor in value.named_buffers(recurse=False):
-            yield f"{path}.{attribute}", tensor
+        for attribute, buffer in value.named_buffers(recurse=False):
+            yield f"{path}.{attribute}", buffer
         for attribute, module in value.named_children():
             yield f"{path}.{attribute}", module
         if not _foreign(type(value).__module__):  # a user's module: its own attributes too

@@ -10,7 +10,6 @@ passes, and the reference passes every new check it does not skip for a stated r
 from __future__ import annotations
 
 import copy
-import inspect
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from broken_zoo_targets import batch_scaled
+from cpu_checks import CPU, KEYS, cpu_target, double, run
 from graph_stand_ins import StandInGraph
 from suite_runner import table_verdicts
 from torch import Tensor, nn
@@ -38,45 +38,8 @@ from pytest_cudagraph.conformance.target import (
     Trajectory,
     validate_target,
 )
-from pytest_cudagraph.engines.captures import CaptureCounter
-
-CPU = torch.device("cpu")
-KEYS = (2, 3, 4)  # rows of x, one key each
-
-needs_cuda = pytest.mark.skipif(
-    not torch.cuda.is_available(),
-    reason="needs CUDA: the twins break CUDA graphs (torch.cuda.is_available() is False)",
-)
-
-
-def make_inputs(generator: torch.Generator, case: int) -> dict[str, Tensor]:
-    return {"x": torch.randn(KEYS[case % len(KEYS)], 4, generator=generator)}
-
-
-def double(inputs: dict[str, Tensor]) -> Tensor:
-    return inputs["x"] * 2
-
-
-def cpu_target(**changes: object) -> CudaGraphTarget:
-    """Three keys (x of 2, 3 or 4 rows); both sides double x."""
-    fields: dict[str, object] = dict(
-        device=CPU,
-        eager=double,
-        graphed=double,
-        make_inputs=make_inputs,
-        key_of=lambda inputs: inputs["x"].shape[0],
-        num_keys=len(KEYS),
-    )
-    return CudaGraphTarget(**{**fields, **changes})
-
-
-def run(check: Callable[..., None], target: CudaGraphTarget, **fixtures: object) -> list[str]:
-    """The check's figures; AssertionError (its verdict) propagates."""
-    figures: list[str] = []
-    if "capture_counter" in inspect.signature(check).parameters:
-        fixtures.setdefault("capture_counter", CaptureCounter(StandInGraph))
-    check(target, **fixtures, record_figure=figures.append)
-    return figures
+from pytest_cudagraph.engines.units import KiB, MiB
+from pytest_cudagraph.skips import needs_cuda
 
 
 def reported(failure: pytest.ExceptionInfo[BaseException]) -> list[str]:
@@ -613,7 +576,7 @@ def test_each_twin_keeps_the_protocol_on_the_cpu(factory: str) -> None:
 
 def shown(size: int) -> str:
     """A size in bytes as the docs write it."""
-    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+    for unit, scale in (("MiB", MiB), ("KiB", KiB)):
         if size >= scale:
             return f"{size // scale} {unit}"
     return f"{size} B"

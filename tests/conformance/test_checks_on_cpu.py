@@ -6,7 +6,6 @@ target sets). What each check proves on a GPU, through real graphs, is the GPU r
 
 from __future__ import annotations
 
-import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cpu_checks import CPU, KEYS, cpu_target, double, run
 from graph_stand_ins import StandInGraph
 from torch import Tensor
 
@@ -42,39 +42,6 @@ from pytest_cudagraph.engines.graph_faults import GraphFaults
 from pytest_cudagraph.engines.memory import MemorySample
 from pytest_cudagraph.engines.parity import ParityChecker, ParityResult
 from pytest_cudagraph.engines.units import MiB
-
-CPU = torch.device("cpu")
-KEYS = (2, 3, 4)  # rows of x, one key each
-
-
-def make_inputs(generator: torch.Generator, case: int) -> dict[str, Tensor]:
-    return {"x": torch.randn(KEYS[case % len(KEYS)], 4, generator=generator)}
-
-
-def double(inputs: dict[str, Tensor]) -> Tensor:
-    return inputs["x"] * 2
-
-
-def cpu_target(**changes: object) -> CudaGraphTarget:
-    """Three keys (x of 2, 3 or 4 rows); both sides double x."""
-    fields: dict[str, object] = dict(
-        device=CPU,
-        eager=double,
-        graphed=double,
-        make_inputs=make_inputs,
-        key_of=lambda inputs: inputs["x"].shape[0],
-        num_keys=len(KEYS),
-    )
-    return CudaGraphTarget(**{**fields, **changes})
-
-
-def run(check: Callable[..., None], target: CudaGraphTarget, **fixtures: object) -> list[str]:
-    """The check's figures; AssertionError (its verdict) propagates."""
-    figures: list[str] = []
-    if "progress" in inspect.signature(check).parameters:
-        fixtures.setdefault("progress", lambda where: None)
-    check(target, **fixtures, record_figure=figures.append)
-    return figures
 
 
 def sample(inputs: dict[str, Tensor]) -> Tensor:

@@ -26,7 +26,7 @@ from pytest_cudagraph.conformance.adapters import (
     input_shapes,
     keyed_cases,
 )
-from pytest_cudagraph.conformance.target import BIT_IDENTICAL, NEXT_CALL, NEXT_CALL_OF_KEY, OWNED
+from pytest_cudagraph.conformance.target import EXACT, NEXT_CALL, NEXT_CALL_OF_KEY, OWNED
 from pytest_cudagraph.skips import needs_cuda
 
 CPU = torch.device("cpu")
@@ -172,6 +172,30 @@ def test_graphed_callables_checks_its_arguments(
         graphed_callables(3, **mlp_fields())
 
 
+@pytest.mark.parametrize("adapter", [compiled, graphed_callables])
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"fn": 3}, r"fn must be callable, got int"),
+        ({"call": "generate"}, r"call must be callable as call\(step, model, inputs\)"),
+        ({"share_state": "no"}, r"share_state must be True or False"),
+    ],
+)
+def test_the_step_is_checked_before_a_model_is_built(
+    adapter: Callable[..., object], changes: dict[str, object], message: str
+) -> None:
+    built: list[nn.Module] = []
+
+    def build() -> nn.Module:
+        built.append(nn.Linear(2, 2))
+        return built[-1]
+
+    arguments = {"fn": lambda model, x: model(x), "model": build, **mlp_fields(), **changes}
+    with pytest.raises(TypeError, match=message):
+        adapter(arguments.pop("fn"), **arguments)
+    assert built == []
+
+
 class Counting(nn.Module):
     """Adds how many calls came before: state a forward mutates, as a KV cache is."""
 
@@ -219,7 +243,7 @@ def test_a_function_of_a_model_gets_a_model_per_side_from_a_builder() -> None:
     )
     target.eager({"x": torch.zeros(2)})
     assert len(built) == 2 and [float(model.calls) for model in built] == [0.0, 1.0]
-    assert target.output_lifetime == OWNED and target.tolerance == BIT_IDENTICAL
+    assert target.output_lifetime == OWNED and target.tolerance == EXACT
 
 
 def test_the_adapters_say_which_modules_each_side_runs_on_unless_they_share_them() -> None:

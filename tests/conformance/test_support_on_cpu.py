@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from pytest_cudagraph.conformance.support import (
+    calls_over_keys,
     differences,
     draws_random_numbers,
     eager_call,
@@ -19,6 +20,7 @@ from pytest_cudagraph.conformance.support import (
     graphed_path,
     judged,
     kept,
+    keys_held,
     lock_was_held,
     needed,
     parts_of,
@@ -213,3 +215,24 @@ def test_the_graphed_path_is_the_targets_and_one_left_out_is_a_target_error() ->
     assert graphed_path(target) is graphed
     with pytest.raises(TargetError, match="graphed is None on cpu"):
         graphed_path(dataclasses.replace(target, graphed=None))
+
+
+@pytest.mark.parametrize(
+    ("num_keys", "capacity", "held"),
+    [(10, None, 4), (2, None, 2), (10, 3, 3), (10, 6, 4), (2, 3, 2)],
+)
+def test_a_check_walks_no_more_keys_than_the_cache_holds(
+    num_keys: int, capacity: int | None, held: int
+) -> None:
+    target = dataclasses.replace(
+        target_with_lock(threading.Lock()), num_keys=num_keys, capacity=capacity
+    )
+    assert keys_held(target, most=4) == held
+
+
+def test_calls_over_keys_take_each_held_key_in_turn_round_after_round() -> None:
+    target = target_with_lock(threading.Lock())  # four keys: case c lands in key c % 4
+    calls = list(calls_over_keys(target, key_count=3, rounds=range(1, 3)))
+    # Calls count from 0 at the first round given; a round's cases are its keys' next ones.
+    assert calls == [(0, 4), (1, 5), (2, 6), (3, 8), (4, 9), (5, 10)]
+    assert list(calls_over_keys(target, key_count=2, rounds=range(0))) == []

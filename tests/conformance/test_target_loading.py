@@ -206,13 +206,6 @@ def test_the_installed_reference_is_valid_on_the_cpu() -> None:
     assert missing_field_reason(target, "unsupported_modes", "run_workers") is None
 
 
-def test_a_tolerance_is_checked_and_described() -> None:
-    assert Tolerance().describe() == "bit-identical"
-    assert Tolerance(atol=1e-3).describe() == "atol 0.001, rtol 0"
-    with pytest.raises(ValueError, match=r"Tolerance.rtol must be a finite number >= 0, got -1"):
-        Tolerance(rtol=-1)
-
-
 def fake_installed(monkeypatch: pytest.MonkeyPatch, names: dict[str, str]) -> None:
     monkeypatch.setattr(targets, "installed_targets", lambda: names)
 

@@ -197,6 +197,8 @@ def test_replays_to_repay_one_capture() -> None:
         replays_to_repay(0.5, 0.01, -1.0)
     with pytest.raises(TypeError, match="capture_seconds must be a number"):
         replays_to_repay("0.5", 0.01, 0.005)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="capture_seconds must be a finite number >= 0"):
+        replays_to_repay(10**400, 0.01, 0.005)  # past what a float holds
 
 
 def test_each_thread_labels_its_own_captures(graph_class: type) -> None:

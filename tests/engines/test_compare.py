@@ -13,8 +13,10 @@ import pytest
 import torch
 
 from pytest_cudagraph.engines.compare import (
+    EXACT,
     Mismatch,
     PendingValues,
+    Tolerance,
     compare_outputs,
     pending_comparison,
     settle_comparison,
@@ -202,6 +204,7 @@ def test_integer_tensors_honour_the_tolerance() -> None:
         ({"atol": -1e-3}, ValueError, r"atol must be a finite number >= 0, got -0\.001"),
         ({"atol": True}, TypeError, "atol must be a number, got True"),
         ({"rtol": "0.1"}, TypeError, "rtol must be a number, got '0.1'"),
+        ({"atol": 10**400}, ValueError, "^atol must be a finite number >= 0, got 1000"),
     ],
 )
 def test_bad_tolerances_are_refused_whatever_is_compared(
@@ -210,6 +213,49 @@ def test_bad_tolerances_are_refused_whatever_is_compared(
     for expected, actual in ((1, 1), (torch.tensor([1]), torch.tensor([1])), ("a", "a")):
         with pytest.raises(error, match=message):
             compare_outputs(expected, actual, **tolerance)  # type: ignore[arg-type]
+
+
+# The tolerance: one rule, one wording, for the engines and the conformance protocol
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"atol": math.inf}, ValueError, r"Tolerance.atol must be a finite number >= 0, got inf"),
+        ({"rtol": math.nan}, ValueError, r"Tolerance.rtol must be a finite number >= 0, got nan"),
+        ({"atol": -1e-3}, ValueError, r"Tolerance.atol must be a finite number >= 0, got -0.001"),
+        ({"atol": True}, TypeError, r"Tolerance.atol must be a number, got True"),
+        ({"rtol": "1e-3"}, TypeError, r"Tolerance.rtol must be a number, got '1e-3'"),
+        ({"rtol": 10**400}, ValueError, r"Tolerance.rtol must be a finite number >= 0, got 1000"),
+    ],
+)
+def test_a_tolerance_must_be_finite_and_not_negative(
+    arguments: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        Tolerance(**arguments)  # type: ignore[arg-type]
+
+
+def test_a_tolerance_is_checked_and_described() -> None:
+    assert Tolerance().describe() == "exact"
+    assert Tolerance(atol=1e-3).describe() == "atol 0.001, rtol 0"
+    with pytest.raises(ValueError, match=r"Tolerance.rtol must be a finite number >= 0, got -1"):
+        Tolerance(rtol=-1)
+
+
+def test_a_mismatch_words_its_tolerance_as_the_tolerance_does() -> None:
+    [exact] = compare_outputs(1.0, 2.0)
+    [within] = compare_outputs(1.0, 2.0, atol=0.5, rtol=0.25)
+    assert exact.tolerance() == EXACT.describe() == "exact"
+    assert within.tolerance() == Tolerance(atol=0.5, rtol=0.25).describe() == "atol 0.5, rtol 0.25"
+
+
+def test_a_pending_comparison_takes_its_tolerance_checked() -> None:
+    assert settle_comparison(pending_comparison(1.0, 1.5, Tolerance(atol=0.5))) == []
+    [mismatch] = settle_comparison(pending_comparison(1.0, 1.5))
+    assert (mismatch.atol, mismatch.rtol) == (0.0, 0.0)
+    with pytest.raises(TypeError, match="tolerance must be a Tolerance, got float"):
+        pending_comparison(1.0, 1.5, 0.5)  # type: ignore[arg-type]
 
 
 # What a mismatch reports

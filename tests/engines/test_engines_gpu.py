@@ -22,7 +22,7 @@ from gpu_graph_helpers import make_eager, make_graphed, make_inputs
 
 from pytest_cudagraph.engines import devices
 from pytest_cudagraph.engines.captures import CaptureCounter
-from pytest_cudagraph.engines.compare import pending_comparison, settle_comparison
+from pytest_cudagraph.engines.compare import Tolerance, pending_comparison, settle_comparison
 from pytest_cudagraph.engines.hostsync import trial_capture
 from pytest_cudagraph.engines.parity import ParityChecker
 from pytest_cudagraph.engines.units import MiB
@@ -218,7 +218,7 @@ def test_a_pending_comparison_never_waits_for_the_device(
     previous = torch.cuda.get_sync_debug_mode()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        found = pending_comparison(expected.t(), actual.t(), atol=atol)
+        found = pending_comparison(expected.t(), actual.t(), Tolerance(atol=atol))
     finally:
         torch.cuda.set_sync_debug_mode(previous)
     [mismatch] = settle_comparison(found)

@@ -1,0 +1,52 @@
+"""Running a conformance check as a plain function on the CPU: a small target to vary, and the
+fixtures a check asks for, stood in for (torch.cuda.CUDAGraph's shape for capture and replay
+counts, a progress that says nothing)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import torch
+from graph_stand_ins import StandInGraph
+from torch import Tensor
+
+from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.engines.captures import CaptureCounter
+
+CPU = torch.device("cpu")
+KEYS = (2, 3, 4)  # rows of x, one key each
+
+
+def make_inputs(generator: torch.Generator, case: int) -> dict[str, Tensor]:
+    return {"x": torch.randn(KEYS[case % len(KEYS)], 4, generator=generator)}
+
+
+def double(inputs: dict[str, Tensor]) -> Tensor:
+    return inputs["x"] * 2
+
+
+def cpu_target(**changes: object) -> CudaGraphTarget:
+    """Three keys (x of 2, 3 or 4 rows); both sides double x."""
+    fields: dict[str, object] = dict(
+        device=CPU,
+        eager=double,
+        graphed=double,
+        make_inputs=make_inputs,
+        key_of=lambda inputs: inputs["x"].shape[0],
+        num_keys=len(KEYS),
+    )
+    return CudaGraphTarget(**{**fields, **changes})
+
+
+def run(check: Callable[..., None], target: CudaGraphTarget, **fixtures: object) -> list[str]:
+    """The check's figures; AssertionError (its verdict) propagates. A fixture the check asks
+    for and is not given is a stand-in."""
+    figures: list[str] = []
+    wanted = inspect.signature(check).parameters
+    if "capture_counter" in wanted:
+        fixtures.setdefault("capture_counter", CaptureCounter(StandInGraph))
+    if "progress" in wanted:
+        fixtures.setdefault("progress", lambda where: None)
+    check(target, **fixtures, record_figure=figures.append)
+    return figures
