@@ -20,10 +20,6 @@ from bench_workloads import BenchResults, host_bound_first, make_decoder
 from reasyn_ref import Decoder
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: takes tens of seconds (torch.compile)")
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     host_bound_first(items, Path(__file__).parent)
 

@@ -83,6 +83,7 @@ def test_parity_memory_gpu(cuda_benchmark, cuda_device, output_mib: int, budget:
     assert max(peaks) <= bound, f"the check held {max(peaks) / MiB:.0f} MiB, over {bound / MiB:.0f}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", list(BUDGETS))
 def test_parity_memory_cpu(benchmark, budget: str) -> None:
     """On CPU: the time of the check, and the earlier outputs alive while its last case runs

@@ -103,6 +103,7 @@ def checker_share(decoder: Decoder, eager, graphed) -> tuple[float, float]:
     return alone, statistics.median(check - alone for alone, check in pairs)
 
 
+@pytest.mark.slow
 def test_parity_check_cpu_tiny(benchmark):
     decoder = seeded_decoder(DecoderConfig.tiny(), 0)
     eager = partial(ar_step_logits, decoder, bf16=True)

@@ -12,6 +12,9 @@ from suite_runner import table_verdicts
 
 from pytest_cudagraph.skips import needs_cuda
 
+# Each test runs the suite on a broken target (the README's test command leaves it out).
+pytestmark = pytest.mark.slow
+
 # factory -> the one check that fails it.
 ON_THE_CPU = {
     "eager_raises": "dry run",

@@ -23,6 +23,9 @@ from pytest_cudagraph.conformance.support import forget_last_failure
 from pytest_cudagraph.conformance.target import build_target
 from pytest_cudagraph.skips import needs_cuda
 
+# Each test runs the suite on a broken target (the README's test command leaves it out).
+pytestmark = pytest.mark.slow
+
 FACTORIES = ("output_in_input", "recapturing", "raising_sampler")
 # Slow, and about nothing these targets break.
 LEFT_OUT = "not worker_processes and not device_binding"

@@ -200,6 +200,7 @@ class SharedPool:
         return x * 2 * self.calibration[key]
 
 
+@pytest.mark.slow
 def test_replay_order_fails_graphs_whose_replays_overwrite_anothers_memory() -> None:
     check = test_18_replay_order.test_replay_order
     assert run(check, cpu_target()) == [
@@ -219,6 +220,7 @@ def test_replay_order_fails_graphs_whose_replays_overwrite_anothers_memory() -> 
     ]
 
 
+@pytest.mark.slow
 def test_replay_order_fails_a_write_into_a_canary_and_needs_two_keys(monkeypatch) -> None:
     """A graphed side that writes memory it does not own: here the test hands it the canaries
     as the check lays them."""

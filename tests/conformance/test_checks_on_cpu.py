@@ -287,6 +287,7 @@ class Racy:
         return self.buffer[: x.shape[0]] * 2
 
 
+@pytest.mark.slow
 def test_concurrency_holds_the_target_to_the_threads_it_declares() -> None:
     with pytest.raises(AssertionError, match=r"called from another thread"):
         run(test_10_concurrency.test_concurrency, cpu_target(graphed=ThreadBound(), threads=SERIAL))

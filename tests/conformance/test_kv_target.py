@@ -33,6 +33,9 @@ from reasyn_ref.targets.kv import (
     key_for_case,
 )
 
+# The KV target's checks run the suite on the CPU (the README's test command leaves it out).
+pytestmark = pytest.mark.slow
+
 CPU = torch.device("cpu")
 TWINS = ("baked_position", "shared_position", "stale_position_counter", "reallocating_reset")
 

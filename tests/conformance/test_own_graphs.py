@@ -208,6 +208,7 @@ class Counting(nn.Module):
         return x + self.calls
 
 
+@pytest.mark.slow
 def test_the_two_sides_of_an_adapter_run_on_state_of_their_own() -> None:
     """A buffer the forward mutates: eager and graphed each count their own calls, so the answers
     agree whatever the order of calls (graphed_callables: its eager side; the graphed one needs
@@ -312,6 +313,7 @@ def failed_checks(result: pytest.RunResult) -> set[str]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", [*EXAMPLES.values(), FOREIGN])
 def test_each_example_passes_the_checks_that_need_no_gpu(
     run_suite: Callable[..., pytest.RunResult], monkeypatch: pytest.MonkeyPatch, spec: str

@@ -8,6 +8,9 @@ from suite_runner import plugin_arguments
 
 from pytest_cudagraph.conformance.progress import EVERY_S, QUIET_S, CheckProgress
 
+# Each test runs the suite to watch its progress lines (the README's test command leaves it out).
+pytestmark = pytest.mark.slow
+
 
 class Clock:
     def __init__(self) -> None:

@@ -90,6 +90,7 @@ def test_the_eager_step_is_the_samplers(reference: ReferenceTarget) -> None:
         reference.graphed(inputs)
 
 
+@pytest.mark.slow
 def test_the_suite_dry_runs_the_lean_step_on_every_key_on_the_cpu(
     run_suite: Callable[..., pytest.RunResult], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,6 +19,9 @@ from pytest_cudagraph.conformance import suite
 from pytest_cudagraph.conformance.suite import CheckRow, ConformanceTable, format_table
 from pytest_cudagraph.skips import NEEDS_CUDA
 
+# Each test runs the conformance suite in a run of its own (the README's test command leaves it out).
+pytestmark = pytest.mark.slow
+
 CPU_CHECKS = {"target contract", "dry run", "guards", "worker refusal"}
 GPU_CHECKS = {
     "parity",

@@ -50,12 +50,14 @@ def child_dies() -> None:
     os._exit(3)
 
 
+@pytest.mark.slow
 def test_a_fresh_process_returns_the_value_from_another_pid() -> None:
     pid, total = run_in_fresh_process(child_pid_and_sum, 2, 3, timeout=60)
     assert total == 5
     assert pid != os.getpid()
 
 
+@pytest.mark.slow
 def test_a_fresh_process_reports_the_childs_error_and_death() -> None:
     with pytest.raises(RuntimeError, match=r"(?s)child_raises failed.*ValueError: bad thing"):
         run_in_fresh_process(child_raises, timeout=60)

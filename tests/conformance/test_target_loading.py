@@ -294,6 +294,7 @@ def run_configured(pytester: pytest.Pytester, *args: str) -> pytest.Config:
     return pytester.parseconfigure(*plugin_arguments(), *args)
 
 
+@pytest.mark.slow
 def test_the_spec_comes_from_option_then_env_then_ini(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, factories: types.ModuleType
 ) -> None:

@@ -534,6 +534,7 @@ def test_a_copy_of_the_static_buffer_passes() -> None:
     assert ParityChecker("cpu").check(scaled, graphed, one_input, cases=3).ok
 
 
+@pytest.mark.slow
 def test_earlier_outputs_are_kept_within_the_budget_and_let_go_past_it() -> None:
     """Outputs of 48 bytes: a budget of 100 keeps the last two alive while a case runs."""
     refs = []

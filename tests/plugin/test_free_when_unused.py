@@ -55,6 +55,7 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         _ = pytest_cudagraph.ParityCheckr
 
 
+@pytest.mark.slow
 def test_the_checkout_runs_without_pytest_benchmark() -> None:
     root = Path(__file__).resolve().parents[2]
     command = [sys.executable, "-m", "pytest", "-p", "no:benchmark", "-p", "no:cacheprovider"]

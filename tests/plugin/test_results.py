@@ -73,6 +73,7 @@ def test_an_unrelated_run_prints_no_cudagraph_lines(pytester: pytest.Pytester) -
     assert not [line for line in lines if "cudagraph" in line]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the header where CUDA is absent")
 @pytest.mark.parametrize(
     "test_file",
@@ -97,6 +98,7 @@ def test_a_run_that_uses_the_plugin_gets_the_header(
     assert "cuda:0" not in result.stdout.str()
 
 
+@pytest.mark.slow
 def test_a_given_setting_prints_the_header_before_collection(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_a(): pass")
     result = pytester.runpytest_subprocess("--cudagraph-seed=3")

@@ -19,6 +19,9 @@ from results_schema import assert_valid_results
 import pytest_cudagraph
 from pytest_cudagraph import results
 
+# Each test runs pytest in a subprocess (the README's test command leaves it out).
+pytestmark = pytest.mark.slow
+
 RESULTS_TESTS = """
 import pytest
 import torch

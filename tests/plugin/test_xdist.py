@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+# Each test starts xdist workers (the README's test command leaves it out).
+pytestmark = pytest.mark.slow
+
 # Each worker checks its own binding; the other tests feed the controller's summary.
 WORKER_TESTS = """
 import os

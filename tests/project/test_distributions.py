@@ -76,6 +76,7 @@ def only(folder: Path, pattern: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 @needs_the_build_tools
 def test_the_sdist_is_the_whole_source_tree(built: Path) -> None:
     with tarfile.open(only(built, "pytest_cudagraph-*.tar.gz")) as sdist:

@@ -26,7 +26,12 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from pytest_cudagraph.bench import stack_id
+
+# Each documented command runs as written, in a subprocess (the README's test command leaves it out).
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -88,6 +88,7 @@ def run_as_typed(project: pytest.Pytester, step: str) -> pytest.RunResult:
     return project.runpytest_subprocess(*words[1:], "-rs")
 
 
+@pytest.mark.slow
 def test_the_users_test_runs_as_written(user_project: pytest.Pytester) -> None:
     result = run_as_typed(user_project, "pytest test_my_model.py")
     if torch.cuda.is_available():
