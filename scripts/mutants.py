@@ -91,6 +91,7 @@ TABLE_TESTS = (
             "test_an_error_at_set_up_is_an_error_row_with_its_reason",
             "test_a_pass_outranks_a_skip",
             "test_record_figure_takes_text_and_finite_numbers",
+            "test_record_figure_refuses_an_infinity",
         )
     ),
 )
