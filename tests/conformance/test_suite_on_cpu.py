@@ -363,3 +363,11 @@ def test_a_check_that_errors_at_set_up_is_an_error_row(
     assert first["verdict"] == "ERROR", result.stdout.str()
     assert "conformance target 'unbuildable:make': " in first["reason"]
     assert first["reason"].endswith("no weights")
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf")])
+def test_record_figure_refuses_an_infinity(pytester: pytest.Pytester, value: float) -> None:
+    item = pytester.getitem("def test_func(): pass")
+    with pytest.raises(ValueError, match=r"^record_figure: peak_mib must be finite, got -?inf$"):
+        suite.record_figure(item, "x", peak_mib=value)
+    assert item.user_properties == []

@@ -357,3 +357,14 @@ def test_pending_comparisons_take_their_figures_when_queued() -> None:
     (mismatch,) = settle_comparison(found)
     assert (mismatch.path, mismatch.first_index) == ("output['b'][0]", (2,))
     assert (mismatch.eager, mismatch.graphed, mismatch.max_abs_diff) == (0.0, 3.0, 3.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_nan_matches_nan_within_a_tolerance_too(dtype):
+    expected = torch.tensor([float("nan"), 1.0], dtype=dtype)
+    assert compare_outputs(expected, expected.clone(), rtol=1e-3, atol=1e-3) == []
+
+
+def test_a_number_leaf_exactly_at_the_bound_matches():
+    assert compare_outputs(1.0, 1.5, atol=0.5) == []
+    assert len(compare_outputs(1.0, 1.75, atol=0.5)) == 1

@@ -122,3 +122,9 @@ def test_a_fault_fires_once_whichever_thread_calls_first() -> None:
 def test_bad_arguments_are_named(call: object, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         call()
+
+
+def test_reset_is_not_a_stage_to_fail() -> None:
+    # reset is what a failed capture_end calls to undo the capture, never a stage of its own.
+    with pytest.raises(ValueError, match=r"got 'reset'"):
+        GraphFaults(FakeGraph).inject("reset", Boom()).__enter__()

@@ -98,3 +98,31 @@ def test_list_names_each_mutant_and_its_tests(mutants, capsys):
     assert len(lines) == len(mutants.MUTANTS)
     first = mutants.MUTANTS[0]
     assert lines[0] == f"{first.path}: {first.name} -> {' '.join(first.tests)}"
+
+
+def test_an_equivalent_mutant_is_matched_but_not_run_nor_scored(mutants, tmp_path):
+    tree = tiny_tree(tmp_path, "def test_broken():\n    assert False\n")
+    same = mutants.Mutant(
+        "same", "calc.py", "return a + b", "return b + a", ("test_calc.py",), "a + b is b + a"
+    )
+    stale = mutants.Mutant(
+        "stale same", "calc.py", "return a * b", "return b * a", ("test_calc.py",), "commutes"
+    )
+    found = mutants.run([same, stale], root=tree, jobs=1)
+    assert [(o.mutant.name, o.verdict, o.detail) for o in found] == [
+        ("same", "equivalent", "a + b is b + a"),
+        ("stale same", "error", "stale same: its snippet occurs 0 times in calc.py"),
+    ], "the failing test never ran: equivalent mutants select no tests"
+    lines, all_killed = mutants.summary(found)
+    assert not all_killed, "a stale equivalent mutant still fails the run"
+    assert lines[-1] == "0 of 1 mutants killed (0.0%); 1 equivalent, not run"
+
+
+def test_equivalents_leave_the_denominator(mutants):
+    def outcome(verdict):
+        mutant = mutants.Mutant(verdict, "x.py", "a", "b", ("t.py",))
+        return mutants.Outcome(mutant, verdict, 0.0)
+
+    lines, all_killed = mutants.summary([outcome("killed"), outcome("equivalent")])
+    assert all_killed
+    assert lines[-1] == "1 of 1 mutants killed (100.0%); 1 equivalent, not run"
