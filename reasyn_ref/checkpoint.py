@@ -10,12 +10,16 @@ wrong with a file's content is a ValueError naming the path and the rule.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
 import pickle
+import struct
 import zipfile
+import zlib
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +27,7 @@ import torch
 from torch import Tensor
 
 from .config import DecoderConfig, EncoderConfig
-from .model import LAYERS, Decoder, Encoder, skeleton
+from .model import LAYERS, Decoder, Encoder, skeleton, with_weights
 
 FORMAT_VERSION = 1
 
@@ -40,6 +44,13 @@ WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # The MS-DOS directory attribute of a zip member: torch's zip reader (miniz) reads a member
 # carrying it as an empty folder, Python's zipfile does not look at it.
 DOS_DIRECTORY = 0x10
+# A zip member's local header (APPNOTE.TXT 4.3.7): 30 bytes from its signature, its flags at
+# offset 6, its name's and extra field's lengths at 26 and 28; then the name, the extra field
+# and the member's bytes.
+LOCAL_HEADER = struct.Struct("<4s2xH18xHH")
+LOCAL_SIGNATURE = b"PK\x03\x04"
+UTF8_NAME = 0x800  # a flag: the name is UTF-8, not code page 437
+REFUSED_FLAGS = 0x1 | 0x20 | 0x40  # encrypted, patched data, strongly encrypted
 
 
 def save_checkpoint(
@@ -130,39 +141,73 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Decoder | Encoder:
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path} holds an invalid {kind} config: {exc}") from exc
     check_state_dict(path, payload["state_dict"], config)
-    model = Decoder(config) if isinstance(config, DecoderConfig) else Encoder(config)
-    model.load_state_dict(payload["state_dict"])
-    return model.eval()
+    # The model is float32: a weight stored in half precision is widened (exactly), one stored
+    # in float32 becomes a parameter as it was loaded, without a copy.
+    weights = {name: t.float() for name, t in payload["state_dict"].items()}
+    if isinstance(config, DecoderConfig):
+        return with_weights(lambda: Decoder(config), weights)
+    return with_weights(lambda: Encoder(config), weights)
 
 
 def check_archive(path: Path, data: bytes) -> None:
-    """``data`` (the file at ``path``) is a whole zip archive of plain files, each matching its
-    CRC: truncation, damage or a flipped byte anywhere a weight is read from is found here."""
+    """``data`` (the file at ``path``) is a whole zip archive of plain files, stored as
+    torch.save stores them, each matching its CRC: truncation, damage or a flipped byte anywhere
+    a weight is read from is found here."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             members = archive.infolist()
-            for member in members:
-                if member.is_dir() or member.external_attr & DOS_DIRECTORY:
-                    raise zipfile.BadZipFile(f"member {member.filename!r} is marked a folder")
-            damaged = archive.testzip()  # reads every member and checks its CRC
-    except (
-        zipfile.BadZipFile,
-        EOFError,
-        OSError,
-        OverflowError,
-        ValueError,
-        RuntimeError,
-        NotImplementedError,
-    ) as exc:
-        # What zipfile raises on a cut or damaged archive, each seen when bytes of its headers
-        # are flipped: an offset past either end, a name that is not text, an "encrypted"
-        # member, a compression method torch.save never uses.
+    except (zipfile.BadZipFile, ValueError, NotImplementedError) as exc:
+        # What zipfile raises on a cut or damaged directory, each seen when its bytes are
+        # changed: no end record or a bad one, a name that is not text, an unknown version.
         raise ValueError(
             f"{path} is not a whole checkpoint (truncated, damaged or not a torch.save zip "
             f"archive): {exc}"
         ) from exc
-    if damaged is not None:
-        raise ValueError(f"{path} is damaged: its member {damaged!r} has a bad header or CRC")
+    # zlib lets go of the GIL while it sums, so the members are checked side by side, on as
+    # many threads as torch's own CPU work may take (a worker sharing the host's cores sets 1).
+    with ThreadPoolExecutor(max_workers=torch.get_num_threads()) as pool:
+        problems = list(pool.map(functools.partial(member_problem, memoryview(data)), members))
+    for member, problem in zip(members, problems, strict=True):
+        if problem is not None:
+            raise ValueError(
+                f"{path} is not a whole checkpoint: member {member.filename!r} {problem}"
+            )
+
+
+def member_problem(archive: memoryview, member: zipfile.ZipInfo) -> str | None:
+    """What is wrong with ``member`` of the zip ``archive``, None when nothing is: it must be a
+    plain file stored as torch.save stores every member (not compressed, not encrypted), its
+    local header must name it, and its bytes must match its CRC."""
+    if member.is_dir() or member.external_attr & DOS_DIRECTORY:
+        return "is marked a folder"
+    if member.flag_bits & REFUSED_FLAGS or member.compress_type != zipfile.ZIP_STORED:
+        return (
+            f"is compressed or encrypted (method {member.compress_type}, flags "
+            f"{member.flag_bits:#x}): torch.save stores every member as it is"
+        )
+    start = member.header_offset
+    header = archive[start : start + LOCAL_HEADER.size]
+    if start < 0 or len(header) < LOCAL_HEADER.size:
+        return "has its local header outside the file"
+    signature, flags, name_length, extra_length = LOCAL_HEADER.unpack(header)
+    name_start = start + LOCAL_HEADER.size
+    # The name as the central directory holds it, encoded back as zipfile decoded it.
+    name = member.orig_filename.encode("utf-8" if member.flag_bits & UTF8_NAME else "cp437")
+    if (
+        signature != LOCAL_SIGNATURE
+        or flags & REFUSED_FLAGS
+        or archive[name_start : name_start + name_length] != name
+    ):
+        return "has a local header that does not match the directory's"
+    begin = name_start + name_length + extra_length
+    end = begin + member.compress_size
+    if member.compress_size != member.file_size:
+        return f"holds {member.compress_size} bytes for a file of {member.file_size}"
+    if end > len(archive):
+        return "runs past the end of the file (cut short)"
+    if zlib.crc32(archive[begin:end]) != member.CRC:
+        return "does not match its CRC (damaged)"
+    return None
 
 
 def check_state_dict(
@@ -242,10 +287,9 @@ def check_weights(where: str, state: Mapping[str, Tensor]) -> None:
             )
         if address is not None:
             storages.add(address)
-        # A sum is finite only if every element is (NaN and inf carry through it), and costs a
-        # fraction of isfinite's kernels; only a sum that overflows needs the exact check.
-        total = float(tensor.sum(dtype=torch.float32))
-        if not math.isfinite(total) and not bool(torch.isfinite(tensor).all()):
+        # One pass, exact: NaN carries through a minimum and a maximum, and an infinity is one
+        # of them (isfinite would write a mask of the whole tensor and read it again).
+        if tensor.numel() and not all(map(math.isfinite, torch.aminmax(tensor))):
             raise ValueError(f"{where}: tensor {name!r} holds NaN or infinite values")
 
 

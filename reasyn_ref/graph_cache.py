@@ -7,7 +7,8 @@ static buffer refreshed on each call, so a new target on a cached key gets its o
 ``model.ar_step_logits(..., bf16=True)`` on the same inputs, so its logits are bit-identical
 to eager. The graphs run a copy of the decoder with bf16 matmul weights
 (``model.with_bf16_matmul_weights``; same results, fewer kernels), taken when the cache is
-built: after changing the decoder's weights, build a new cache. With ``lean=True`` the graphs
+built (``graph_step_module``; the cache's own is ``cache.graph_module``): after changing the
+decoder's weights, build a new cache. With ``lean=True`` the graphs
 run the lean step instead (``lean.LeanDecoder``: faster, within ``LEAN_TOLERANCE`` of the
 upstream step, not equal to it), and a replay is bit-identical to that lean step run eagerly.
 Either way ``cache.eager(step)`` is the eager step the graphs replay.
@@ -123,12 +124,15 @@ class GraphCache(CaptureCache[GraphKey, GraphEntry]):
         self.memory_dtype = weight.dtype
         self.lean = lean
         with torch.cuda.device(device):
-            # What the graphs run, copied inside the device's context like everything the cache
-            # creates: the lean step, or the decoder with bf16 matmul weights (bit-identical to
-            # it under bf16 autocast, fewer kernels).
-            self._graph_decoder = (
-                LeanDecoder(decoder) if lean else with_bf16_matmul_weights(decoder)
-            )
+            # Copied inside the device's context, like everything the cache creates.
+            self._graph_module = graph_step_module(decoder, lean=lean)
+
+    @property
+    def graph_module(self) -> Decoder | LeanDecoder:
+        """The module the graphs run (``graph_step_module`` of the decoder), a copy of the
+        cache's own: the module whose state a warm-up, a capture or a replay may change, which a
+        check of module state compares with the eager side's."""
+        return self._graph_module
 
     def __call__(self, step: ARStep) -> Tensor:
         """fp32 logits [step.rows, vocab] of one AR step, from its key's graph (captured on
@@ -146,7 +150,7 @@ class GraphCache(CaptureCache[GraphKey, GraphEntry]):
         [step.rows, vocab], bit-identical to ``cache(step)``. Any shapes; no graph involved."""
         if not isinstance(step, ARStep):
             raise TypeError(f"step must be an ARStep, got {type(step).__name__}")
-        return ar_step_logits(self._graph_decoder, step, bf16=not self.lean)
+        return ar_step_logits(self._graph_module, step, bf16=not self.lean)
 
     # --- stages (public: see the class docstring; warm_up and capture are CaptureCache's) ----
 
@@ -156,9 +160,7 @@ class GraphCache(CaptureCache[GraphKey, GraphEntry]):
         memory = live(entry.memory).expand(entry.key.batch, -1, -1)  # a view; no-op per row
         # The lean step is bf16 throughout; the exact one runs under bf16 autocast.
         with step_context(self.device, bf16=not self.lean):
-            return self._graph_decoder(
-                entry.tokens, memory, entry.memory_padding_mask, entry.gather
-            )
+            return self._graph_module(entry.tokens, memory, entry.memory_padding_mask, entry.gather)
 
     def replay(self, entry: GraphEntry, step: ARStep) -> None:
         """Refresh every static input from ``step``, then replay, on the current stream."""
@@ -194,6 +196,14 @@ class GraphCache(CaptureCache[GraphKey, GraphEntry]):
             ),
             gather=zeros(key.batch, dtype=torch.long),
         )
+
+
+def graph_step_module(decoder: Decoder, *, lean: bool) -> Decoder | LeanDecoder:
+    """A copy of ``decoder`` of its own, made to run the step a ``GraphCache`` of that ``lean``
+    captures: the lean step (``LeanDecoder``), or the decoder with bf16 matmul weights
+    (bit-identical to it under bf16 autocast, fewer kernels). Two copies of one decoder are
+    alike, state for state, and share no memory."""
+    return LeanDecoder(decoder) if lean else with_bf16_matmul_weights(decoder)
 
 
 def check_graph_step(

@@ -25,7 +25,7 @@ import torch
 
 from .bucketing import bucket_seq
 from .kv_decoder import EagerSteps, KVDecoder, StepBuffers, StepKey, StepSource, claimed
-from .model import Decoder, step_context, with_bf16_matmul_weights
+from .model import step_context, with_bf16_matmul_weights
 from .sampler import SampleCall, TargetSampler, check_graph_settings, pad_memory, pad_rows
 
 
@@ -38,27 +38,14 @@ class KVSampler(TargetSampler):
     changing them. ``temperature``: see ``TargetSampler``.
     """
 
-    def __init__(
-        self,
-        decoder: Decoder,
-        *,
-        temperature: float = 0.1,
-        bf16: bool | None = None,
-        cudagraph: bool | None = None,
-        graph_capacity: int = 3,
-    ) -> None:
-        super().__init__(
-            decoder,
-            temperature=temperature,
-            bf16=bf16,
-            cudagraph=cudagraph,
-            graph_capacity=graph_capacity,
-        )
+    steps: StepSource
+
+    def _build_steps(self) -> None:
         if self.cudagraph:
             check_graph_settings(batched=True, bucket=True, bf16=self.bf16, device=self.device)
         on_gpu_in_bf16 = self.bf16 and self.device.type == "cuda"
+        decoder = self.decoder
         self.kv = KVDecoder(with_bf16_matmul_weights(decoder) if on_gpu_in_bf16 else decoder)
-        self.steps: StepSource
         if self.cudagraph:
             from .kv_graphs import StepGraphCache  # only graph runs need it
 

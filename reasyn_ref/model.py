@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from copy import deepcopy
 from typing import TypeVar
 
@@ -25,6 +25,8 @@ from torch.overrides import TorchFunctionMode
 from .checks import check_bool, check_int, check_tensor
 from .config import DecoderConfig, EncoderConfig
 from .step import ARStep, check_step_tensors
+
+Model = TypeVar("Model", bound="Decoder | Encoder")
 
 # Where both models keep their layers: layer i's weights are named LAYERS + f"{i}." + ... in a
 # state_dict.
@@ -62,6 +64,20 @@ def skeleton(config: DecoderConfig | EncoderConfig) -> Decoder | Encoder:
         if isinstance(one_layer, DecoderConfig):
             return Decoder(one_layer)
         return Encoder(one_layer)
+
+
+def with_weights(build: Callable[[], Model], weights: Mapping[str, Tensor]) -> Model:
+    """``build()``'s model holding the tensors of ``weights`` themselves as its parameters (no
+    copies, their dtypes kept; every name and shape must be the model's), in eval mode on the
+    CPU. The model is built on the meta device with torch's default init skipped, so nothing is
+    allocated or drawn only to be overwritten; then its buffers (the position table, the causal
+    mask) are computed."""
+    with torch.device("meta"), _FillsSkipped():
+        model = build()
+    model.load_state_dict(weights, assign=True)
+    model._build_buffers()
+    model.eval()
+    return model
 
 
 def _layer_options(config: DecoderConfig | EncoderConfig) -> dict:
@@ -214,12 +230,9 @@ def seeded_encoder(config: EncoderConfig, seed: int, device: torch.device | str 
     return seeded_init(lambda: Encoder(config), seed).to(device)
 
 
-SeededModel = TypeVar("SeededModel", bound="Decoder | Encoder")
-
-
 def seeded_init(
-    build: Callable[[], SeededModel], seed: int, *, draw_on: torch.device | str = "cpu"
-) -> SeededModel:
+    build: Callable[[], Model], seed: int, *, draw_on: torch.device | str = "cpu"
+) -> Model:
     """``build()``'s model with weights drawn from a generator of its own seeded with
     ``seed``, in eval mode on ``draw_on``: the same weights from any thread, and the global RNG
     is neither read nor changed. Drawn on the CPU (the default), a seed gives the same weights
@@ -247,10 +260,11 @@ def seeded_init(
 
 
 class _FillsSkipped(TorchFunctionMode):
-    """Skips the fills of torch's default init while ``seeded_init`` builds a model: its
-    parameters are allocated and left for ``_draw_parameters``, and the global RNG is not
-    touched. (A build on the meta device would do the same, but meta ops run as Python
-    references whose first call imports torch._dynamo: seconds of a fresh process's time.)"""
+    """Skips the fills of torch's default init while a model is built for weights of another
+    origin: drawn by ``seeded_init`` (its parameters are allocated and left for
+    ``_draw_parameters``, and the global RNG is not touched), or given by ``with_weights`` and
+    checked against a ``skeleton`` on the meta device, where a fill would run as a Python
+    reference whose first call imports torch._dynamo (seconds of a fresh process's time)."""
 
     FILLS = frozenset(
         {"normal_", "uniform_", "trunc_normal_", "fill_", "zero_", "constant_", "ones_", "zeros_"}

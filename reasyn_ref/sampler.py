@@ -62,16 +62,19 @@ class TargetSampler:
     ``temperature`` is a finite number >= ``MIN_TEMPERATURE`` (about 1.2e-38); a tiny one
     samples the most likely token (ties at random), never NaN: the largest logit is subtracted
     before dividing, so no quotient overflows.
+
+    A sampler builds what its steps run in ``_build_steps``, called last, once every setting is
+    resolved: a sampler with settings of its own resolves them before calling this.
     """
 
     def __init__(
         self,
         decoder: Decoder,
         *,
-        temperature: float,
-        bf16: bool | None,
-        cudagraph: bool | None,
-        graph_capacity: int,
+        temperature: float = 0.1,
+        bf16: bool | None = None,
+        cudagraph: bool | None = None,
+        graph_capacity: int = 3,
     ) -> None:
         if not isinstance(decoder, Decoder):
             raise TypeError(f"decoder must be a reasyn_ref Decoder, got {type(decoder).__name__}")
@@ -82,6 +85,12 @@ class TargetSampler:
         self.device = next(decoder.parameters()).device
         self.bf16 = resolve_toggle("REASYN_BF16", bf16)
         self.cudagraph = resolve_toggle("REASYN_CUDAGRAPH", cudagraph)
+        self._build_steps()
+
+    def _build_steps(self) -> None:
+        """Check the settings against each other and build what the steps run (the decoder's
+        copies, the graph cache)."""
+        raise NotImplementedError
 
     def sample(
         self,
@@ -160,6 +169,9 @@ class ARSampler(TargetSampler):
         graph_capacity: int = 3,
         lean: bool = False,
     ) -> None:
+        self.batched = resolve_toggle("REASYN_BATCHED_AR", batched)
+        self.bucket = resolve_toggle("REASYN_BUCKET", bucket)
+        self.lean = check_bool("lean", lean)
         super().__init__(
             decoder,
             temperature=temperature,
@@ -167,14 +179,13 @@ class ARSampler(TargetSampler):
             cudagraph=cudagraph,
             graph_capacity=graph_capacity,
         )
-        self.batched = resolve_toggle("REASYN_BATCHED_AR", batched)
-        self.bucket = resolve_toggle("REASYN_BUCKET", bucket)
-        self.lean = check_bool("lean", lean)
+
+    def _build_steps(self) -> None:
         if self.cudagraph:
             check_graph_settings(
                 batched=self.batched, bucket=self.bucket, bf16=self.bf16, device=self.device
             )
-        if lean and not (self.batched and self.bf16):
+        if self.lean and not (self.batched and self.bf16):
             raise ValueError(
                 "lean=True needs batched=True and bf16=True (REASYN_BATCHED_AR=1, REASYN_BF16=1):"
                 " the lean step is the batched step in bf16"
@@ -185,10 +196,10 @@ class ARSampler(TargetSampler):
             from .graph_cache import GraphCache  # only graph runs need it
 
             self.graph_cache = GraphCache(
-                decoder, self.device, lean=lean, capacity=self.graph_capacity
+                self.decoder, self.device, lean=self.lean, capacity=self.graph_capacity
             )
-        elif lean:
-            self.lean_decoder = LeanDecoder(decoder)
+        elif self.lean:
+            self.lean_decoder = LeanDecoder(self.decoder)
 
     def _decode(self, call: SampleCall) -> list[list[int]]:
         memory, memory_padding_mask = call.memory, call.memory_padding_mask

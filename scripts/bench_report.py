@@ -161,6 +161,11 @@ GOALS: dict[str, Goal] = {
     "conformance suite failures, every target": Goal(
         0, "failed", {"bench": "conformance_suite"}, at_least=False, every={"target": SUITE_TARGETS}
     ),
+    # Everything load_checkpoint checks (the archive's CRCs, names, shapes, dtypes, finite
+    # values) and builds, over reading the same file with torch.load alone.
+    "checkpoint load vs a bare torch.load of the file, upstream config (paired)": Goal(
+        3.0, "vs_bare_load", {"bench": "checkpoint_load"}, at_least=False
+    ),
 }
 
 # The AR forward variants in the order the tables give them, and their names there.

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs, Padding, Trajectory
 
@@ -29,8 +29,7 @@ from ..bucketing import bucket_batch, bucket_seq
 from ..capture_cache import CaptureCache
 from ..checkpoint import save_checkpoint
 from ..config import DecoderConfig
-from ..graph_cache import GraphCache, GraphKey, check_graph_step
-from ..lean import LeanDecoder
+from ..graph_cache import GraphCache, GraphKey, check_graph_step, graph_step_module
 from ..model import ar_step_logits, expand_memory, seeded_decoder
 from ..sampler import ARSampler
 from ..step import ARStep
@@ -177,9 +176,14 @@ class ReferenceTarget(SeededTarget):
     ) -> None:
         super().__init__(device)
         self.lean = lean
-        # The eager side of parity: the step the graphs capture, on the decoder's own weights.
-        self.eager_decoder = LeanDecoder(self.decoder) if lean else self.decoder
         on_cuda = device.type == "cuda"
+        # The eager side: the step the graphs capture, on a copy of its own alike to the one
+        # the cache's graphs run, so that the two sides' module states compare piece by piece.
+        # On the CPU, where no graph runs and the exact step has no autocast, the exact step
+        # runs on the decoder itself (its bf16 matmul weights need autocast).
+        self.eager_decoder = (
+            graph_step_module(self.decoder, lean=lean) if on_cuda or lean else self.decoder
+        )
         self.cache = cache_class(self.decoder, device, lean=lean) if on_cuda else None
         self._checkpoint_dir: tempfile.TemporaryDirectory[str] | None = None
 
@@ -193,7 +197,18 @@ class ReferenceTarget(SeededTarget):
         )
         if self.cache is None:
             return CudaGraphTarget(**common)
-        return CudaGraphTarget(**common, **self.graph_capabilities(self.cache, GraphCache.STAGES))
+        return CudaGraphTarget(
+            **common,
+            **self.graph_capabilities(self.cache, GraphCache.STAGES),
+            side_state=self.side_state,
+        )
+
+    def side_state(self) -> tuple[nn.Module, nn.Module]:
+        """(what eager calls run, what the cache's graphs run): two copies of the decoder's step
+        of their own."""
+        if self.cache is None:
+            raise RuntimeError("reasyn_ref's graph cache needs CUDA; this target is on the CPU")
+        return self.eager_decoder, self.cache.graph_module
 
     def eager(self, inputs: Inputs) -> Tensor:
         # The lean step is bf16 itself.

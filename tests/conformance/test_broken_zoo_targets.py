@@ -657,7 +657,7 @@ def test_the_reference_passes_the_checks_of_the_bugs_seen_in_the_wild(
         "padded batches": "passed",
         "replay order": "passed",
         "graphs used": "passed",
-        "module state": "skipped",  # the reference gives no side_state
+        "module state": "passed",
         "no rebound tensors": "passed",
         "trajectory": "passed",
     }, result.stdout.str()

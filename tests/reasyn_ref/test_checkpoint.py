@@ -4,8 +4,10 @@ weights of the wrong name, shape, dtype, layout or values."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -15,10 +17,11 @@ from reasyn_ref import (
     Decoder,
     DecoderConfig,
     Encoder,
+    checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
-from reasyn_ref.checkpoint import FORMAT_VERSION, KINDS, WEIGHT_DTYPES
+from reasyn_ref.checkpoint import FORMAT_VERSION, WEIGHT_DTYPES
 from reasyn_ref.config import MAX_LEN
 
 
@@ -70,6 +73,26 @@ def test_encoder_round_trip(tmp_path, tiny_encoder):
     with torch.no_grad():
         (memory, mask), (expected, expected_mask) = loaded(smiles), tiny_encoder(smiles)
     assert torch.equal(memory, expected) and torch.equal(mask, expected_mask)
+
+
+def test_a_loaded_model_holds_the_weights_torch_load_read_without_copying_them(saved, monkeypatch):
+    """The model is built on the meta device and given the loaded tensors themselves: no
+    weight is allocated, initialised or copied only to be overwritten."""
+    loaded_states = []
+    load = torch.load
+
+    def spy(*args, **kwargs):
+        payload = load(*args, **kwargs)
+        loaded_states.append(payload["state_dict"])
+        return payload
+
+    monkeypatch.setattr(torch, "load", spy)
+    model = load_checkpoint(saved)
+    [state] = loaded_states
+    held = model.state_dict()
+    assert held.keys() == state.keys()
+    assert all(held[name].data_ptr() == tensor.data_ptr() for name, tensor in state.items())
+    assert not any(t.is_meta for t in [*model.parameters(), *model.buffers()])
 
 
 def test_file_is_a_plain_dict_with_the_config_and_no_buffers(saved, tiny_decoder):
@@ -151,12 +174,28 @@ def test_a_file_that_is_not_a_whole_checkpoint_is_refused_naming_it(saved, conte
     assert str(bad) in str(refused.value)
 
 
+def central_record(data: bytes) -> int:
+    """Where the central-directory record of the first weight (``.../data/0``) starts."""
+    return data.rindex(b"PK\x01\x02", 0, data.rindex(b"/data/0"))
+
+
+def local_header(data: bytes) -> int:
+    """Where the local header of the first weight starts (its name follows it)."""
+    return data.rindex(b"PK\x03\x04", 0, data.index(b"/data/0"))
+
+
 def test_a_flipped_byte_is_refused_or_changes_no_weight(saved, tiny_decoder):
-    """Bytes spread over the whole file, and every byte of one weight's central-directory record
-    (its attributes included: torch's zip reader takes a member marked a folder as empty)."""
+    """Bytes spread over the whole file, every byte of one weight's central-directory record
+    (its attributes included: torch's zip reader takes a member marked a folder as empty) and
+    every byte of the records that end the archive."""
     whole = saved.read_bytes()
-    record = whole.rindex(b"PK\x01\x02", 0, whole.rindex(b"/data/0"))
-    positions = [*range(0, len(whole), len(whole) // 60), *range(record, record + 46)]
+    record = central_record(whole)
+    ends = whole.rindex(b"PK\x06\x06")  # the zip64 end record, its locator, the end record
+    positions = [
+        *range(0, len(whole), len(whole) // 60),
+        *range(record, record + 46),
+        *range(ends, len(whole)),
+    ]
     expected = tiny_decoder.state_dict()
     flipped = saved.with_name("flipped.pt")
     wrong = []
@@ -178,11 +217,110 @@ def test_a_weight_marked_a_folder_is_refused(saved):
     """torch's zip reader reads a member with the MS-DOS folder attribute as empty, and loads
     its weight as whatever memory it got, where Python's zipfile sees a whole file."""
     data = bytearray(saved.read_bytes())
-    record = data.rindex(b"PK\x01\x02", 0, data.rindex(b"/data/0"))
-    data[record + 38] |= 0x10  # the low byte of the member's external attributes
+    data[central_record(data) + 38] |= 0x10  # the low byte of the member's external attributes
     saved.write_bytes(data)
     with pytest.raises(ValueError, match=r"member '[^']*/data/0' is marked a folder"):
         load_checkpoint(saved)
+
+
+# Changes to the first weight's zip records (APPNOTE.TXT 4.3.7, 4.3.12: a central record holds
+# its flags at offset 8, its CRC at 16, its stored size and size at 20 and 24, where its local
+# header lies at 42; a local header its flags at 6, its name from 30).
+
+
+def encrypted_in_the_directory(data: bytearray) -> None:
+    data[central_record(data) + 8] |= 0x01
+
+
+def encrypted_in_its_local_header(data: bytearray) -> None:
+    data[local_header(data) + 6] |= 0x01
+
+
+def renamed_in_its_local_header(data: bytearray) -> None:
+    data[local_header(data) + 30] = ord("X")
+
+
+def stored_size_not_its_size(data: bytearray) -> None:
+    data[central_record(data) + 20] ^= 0x01
+
+
+def sizes_past_the_end(data: bytearray) -> None:
+    record = central_record(data)
+    data[record + 20 : record + 28] = len(data).to_bytes(4, "little") * 2
+
+
+def local_header_past_the_end(data: bytearray) -> None:
+    record = central_record(data)
+    data[record + 42 : record + 46] = len(data).to_bytes(4, "little")
+
+
+def local_header_signature_lost(data: bytearray) -> None:
+    data[local_header(data)] ^= 0xFF
+
+
+def another_crc(data: bytearray) -> None:
+    data[central_record(data) + 16] ^= 0x01
+
+
+NOT_AS_TORCH_SAVE_STORES = [
+    (
+        encrypted_in_the_directory,
+        r"is compressed or encrypted \(method 0, flags 0x809\): torch\.save stores every",
+    ),
+    (encrypted_in_its_local_header, r"has a local header that does not match the directory's"),
+    (renamed_in_its_local_header, r"has a local header that does not match the directory's"),
+    (stored_size_not_its_size, r"holds \d+ bytes for a file of \d+"),
+    (sizes_past_the_end, r"runs past the end of the file \(cut short\)"),
+    (local_header_past_the_end, r"has its local header outside the file"),
+    (local_header_signature_lost, r"has a local header that does not match the directory's"),
+    (another_crc, r"does not match its CRC \(damaged\)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    NOT_AS_TORCH_SAVE_STORES,
+    ids=[change.__name__ for change, _ in NOT_AS_TORCH_SAVE_STORES],
+)
+def test_a_weight_not_stored_as_torch_save_stores_it_is_refused(saved, change, message):
+    data = bytearray(saved.read_bytes())
+    change(data)
+    saved.write_bytes(data)
+    with pytest.raises(ValueError) as refused:
+        load_checkpoint(saved)
+    assert re.search(
+        rf"^{saved} is not a whole checkpoint: member '[^']*/data/0' {message}", str(refused.value)
+    )
+
+
+def test_members_placed_before_the_start_of_the_file_are_refused(saved):
+    """zipfile places every member by where the directory says it starts against where it
+    lies: a directory said to start 1000 bytes later puts the first member 1000 bytes before
+    the file."""
+    data = bytearray(saved.read_bytes())
+    end64 = data.rindex(b"PK\x06\x06")  # the zip64 end record; its directory offset at 48
+    moved = int.from_bytes(data[end64 + 48 : end64 + 56], "little") + 1000
+    data[end64 + 48 : end64 + 56] = moved.to_bytes(8, "little")
+    saved.write_bytes(data)
+    with pytest.raises(ValueError, match=r"member '[^']*/data\.pkl' has its local header outside"):
+        load_checkpoint(saved)
+
+
+def test_a_compressed_archive_is_refused_though_torch_loads_it(saved):
+    """torch's reader inflates a deflated member; torch.save never writes one, and the check
+    reads the bytes it sums as they lie in the file."""
+    rezipped = saved.with_name("deflated.pt")
+    with (
+        zipfile.ZipFile(saved) as source,
+        zipfile.ZipFile(rezipped, "w", zipfile.ZIP_DEFLATED) as out,
+    ):
+        for member in source.infolist():
+            out.writestr(member.filename, source.read(member))
+    assert isinstance(torch.load(rezipped, weights_only=True), dict)
+    with pytest.raises(
+        ValueError, match=r"member '[^']*/data\.pkl' is compressed or encrypted \(method 8"
+    ):
+        load_checkpoint(rezipped)
 
 
 def test_a_failed_save_keeps_the_earlier_checkpoint(saved, tiny_decoder, monkeypatch):
@@ -293,15 +431,21 @@ def test_bad_checkpoints_are_refused(saved, change, message):
 # --- nothing is built before the file is checked ----------------------------------------------
 
 
-class Unbuildable(Decoder):
-    def __init__(self, config: DecoderConfig) -> None:
-        raise AssertionError(f"a model was built from an unchecked checkpoint ({config})")
-
-
 @pytest.fixture
 def nothing_built(monkeypatch):
-    """load_checkpoint fails the test if it builds a decoder: only refusals may pass."""
-    monkeypatch.setitem(KINDS, "decoder", (Unbuildable, DecoderConfig))
+    """load_checkpoint fails the test if it builds a model (``model.with_weights``, its one way
+    to build one): only refusals may pass."""
+
+    def unbuildable(build, weights):
+        raise AssertionError("a model was built from an unchecked checkpoint")
+
+    monkeypatch.setattr(checkpoint, "with_weights", unbuildable)
+
+
+def test_a_load_that_builds_a_model_fails_under_nothing_built(saved, nothing_built):
+    """The guard the refusals below run under bites: a whole file does get built."""
+    with pytest.raises(AssertionError, match=r"a model was built from an unchecked checkpoint"):
+        load_checkpoint(saved)
 
 
 def config_change(**fields):

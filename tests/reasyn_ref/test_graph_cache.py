@@ -4,14 +4,18 @@ failures that leave the cache consistent, replays counted where the graph replay
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from cache_recorders import RELEASE, RecordingCache
 from step_inputs import CONFIG, replaced, step_inputs
 from torch import nn
 
+from pytest_cudagraph.engines.state import load_state, module_state, state_differences
 from reasyn_ref import ARStep, Decoder
-from reasyn_ref.graph_cache import GraphCache, GraphKey, check_graph_step
+from reasyn_ref.graph_cache import GraphCache, GraphKey, check_graph_step, graph_step_module
+from reasyn_ref.lean import LeanDecoder
 
 CPU = torch.device("cpu")
 
@@ -146,6 +150,39 @@ def test_a_device_that_is_not_one_is_refused_naming_it(tiny_decoder, device, err
 def test_capacity_and_warmups_must_be_positive_ints(tiny_decoder, name, value, error):
     with pytest.raises(error, match=rf"{name} must be an int >= 1, got {value!r}"):
         GraphCache(tiny_decoder, "cuda:0", **{name: value})
+
+
+# --- what the graphs run ------------------------------------------------------------------
+
+
+def storages(module: torch.nn.Module) -> set[int]:
+    return {t.untyped_storage().data_ptr() for t in [*module.parameters(), *module.buffers()]}
+
+
+@pytest.mark.parametrize("lean", [False, True], ids=["exact", "lean"])
+def test_the_graph_step_module_is_a_copy_of_its_own_alike_to_another(tiny_decoder, lean):
+    """What the module-state check relies on: the eager side's copy and the cache's take each
+    other's state piece by piece, and neither shares memory with the decoder or the other."""
+    one, two = (graph_step_module(tiny_decoder, lean=lean) for _ in range(2))
+    assert isinstance(one, LeanDecoder if lean else Decoder) and one is not tiny_decoder
+    assert not storages(one) & storages(two) and not storages(one) & storages(tiny_decoder)
+    if not lean:  # the bf16 matmul copy (with_bf16_matmul_weights)
+        assert one.head[-1].weight.dtype == torch.bfloat16
+    load_state(two, module_state(one))  # fits: ValueError on any path, shape or dtype apart
+
+
+@pytest.mark.parametrize("lean", [False, True], ids=["exact", "lean"])
+def test_the_graph_step_keeps_no_state_however_often_it_runs(tiny_decoder, lean):
+    """A cache builds a graph by running the step four times (three warm-ups, the capture):
+    the copy that ran four times ends in the state of one that ran once."""
+    built, called = (graph_step_module(tiny_decoder, lean=lean) for _ in range(2))
+    step = ARStep(**step_inputs(batch=4, rows=3))
+    # On the CPU the exact step's bf16 autocast is not on by itself (``model.step_context``).
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False)
+    with torch.no_grad(), contextlib.nullcontext() if lean else autocast:
+        for module in (built,) * 4 + (called,):
+            module(step.tokens, step.memory, step.memory_padding_mask, step.gather)
+    assert state_differences(module_state(called), module_state(built)) == []
 
 
 # --- a call, on a fake of torch.cuda -------------------------------------------------------

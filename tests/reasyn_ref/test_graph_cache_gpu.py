@@ -118,6 +118,25 @@ def test_an_output_is_unchanged_by_later_replays(decoder, device):
     assert torch.equal(kept, copy)
 
 
+@pytest.mark.parametrize("lean", [False, True], ids=["exact", "lean"])
+def test_the_graph_module_is_what_the_graphs_run(decoder, device, lean):
+    """``graph_module`` is the module whose memory a replay reads: a weight changed in it in
+    place reaches a graph captured before the change, and the decoder is not that module."""
+    cache = GraphCache(decoder, device, lean=lean)
+    module = cache.graph_module
+    assert module is not decoder
+    step = random_step(decoder.config, GraphKey(4, 64, 64, True), seed=3, device=device)
+    before = graphed(cache, step)
+    assert torch.equal(before, ar_step_logits(module, step, bf16=not lean))
+    bias = module.head[-1] if lean else module.head[-1].bias  # the logits' bias
+    with torch.no_grad():
+        bias += 1.0
+    after = graphed(cache, step)
+    assert cache.stats.captures == 1
+    assert torch.equal(after, ar_step_logits(module, step, bf16=not lean))
+    assert not torch.equal(after, before)
+
+
 # --- the LRU and memory --------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ from reasyn_ref.model import (
     skeleton,
     step_context,
     with_bf16_matmul_weights,
+    with_weights,
 )
 
 
@@ -499,3 +500,27 @@ def test_a_skeleton_has_every_weight_of_one_layer_and_holds_no_memory():
         assert shapes == built
         assert all(t.is_meta for t in one_layer.state_dict().values())
         assert one_layer.positions.is_meta and one_layer.positions.shape == model.positions.shape
+
+
+@pytest.mark.parametrize(
+    "config", [DecoderConfig.tiny(), EncoderConfig.tiny()], ids=lambda c: type(c).__name__
+)
+def test_a_model_with_weights_holds_them_draws_nothing_and_computes_its_buffers(config):
+    built = Decoder(config) if isinstance(config, DecoderConfig) else Encoder(config)
+    weights = {name: t.detach().clone() for name, t in built.state_dict().items()}
+    rng_before = torch.random.get_rng_state()
+    held = with_weights(lambda: type(built)(config), weights)
+    assert torch.equal(torch.random.get_rng_state(), rng_before), "an init drew from the RNG"
+    assert not held.training
+    state = held.state_dict()
+    assert all(state[name].data_ptr() == weight.data_ptr() for name, weight in weights.items())
+    assert state.keys() == weights.keys()
+    buffers = dict(held.named_buffers())
+    assert buffers.keys() == dict(built.named_buffers()).keys()
+    assert all(torch.equal(buffers[name], b) for name, b in built.named_buffers())
+
+
+def test_a_model_with_weights_missing_one_is_refused_by_torch():
+    weights = Decoder(DecoderConfig.tiny()).state_dict()
+    with pytest.raises(RuntimeError, match=r"Missing key\(s\) in state_dict"):
+        with_weights(lambda: Decoder(DecoderConfig.tiny()), dict(list(weights.items())[1:]))

@@ -52,3 +52,21 @@ def test_checkpoints_load_with_weights_only(tmp_path):
     path = tmp_path / "state.pt"
     torch.save({"weight": torch.ones(2)}, path)
     assert torch.equal(torch.load(path, weights_only=True)["weight"], torch.ones(2))
+
+
+def test_a_module_built_on_the_meta_device_takes_loaded_tensors_as_they_are():
+    # load_checkpoint builds the model on the meta device and assigns the weights it loaded.
+    with torch.device("meta"):
+        layer = nn.Linear(2, 3)
+    weight, bias = torch.ones(3, 2), torch.zeros(3)
+    layer.load_state_dict({"weight": weight, "bias": bias}, assign=True)
+    assert layer.weight.data_ptr() == weight.data_ptr() and layer.bias.data_ptr() == bias.data_ptr()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_aminmax_carries_nan_and_infinities_through(dtype):
+    # A checkpoint's weights are finite when their minimum and maximum are.
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        values = torch.arange(1000, dtype=dtype)
+        values[517] = bad
+        assert not all(torch.isfinite(v) for v in torch.aminmax(values))
