@@ -44,6 +44,7 @@ def host_ms(call: Callable[[], object]) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
+@pytest.mark.slow
 def test_checkpoint_load(benchmark, upstream_decoder, upstream_checkpoint):
     loaded = benchmark.pedantic(
         load_checkpoint, args=(upstream_checkpoint,), rounds=5, warmup_rounds=1

@@ -247,6 +247,7 @@ def test_a_function_of_a_model_gets_a_model_per_side_from_a_builder() -> None:
     assert target.output_lifetime == OWNED and target.tolerance == EXACT
 
 
+@pytest.mark.slow
 def test_the_adapters_say_which_modules_each_side_runs_on_unless_they_share_them() -> None:
     module = nn.Linear(2, 2)
     eager, graphed = graphed_callables(module, **mlp_fields()).side_state()

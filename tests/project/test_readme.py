@@ -98,6 +98,7 @@ def test_the_users_test_runs_as_written(user_project: pytest.Pytester) -> None:
         result.stdout.fnmatch_lines([f"SKIPPED [[]1[]] *: {NEEDS_CUDA}"])
 
 
+@pytest.mark.slow
 def test_the_conformance_command_runs_as_written(user_project: pytest.Pytester) -> None:
     result = run_as_typed(user_project, "pytest --pyargs pytest_cudagraph.conformance")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
@@ -109,3 +110,28 @@ def test_the_conformance_command_runs_as_written(user_project: pytest.Pytester) 
     )
     if torch.cuda.is_available():
         result.stdout.fnmatch_lines(["  parity * passed *"])
+
+
+TEST_COMMAND_BUDGET_S = 120  # on 2 cores without a GPU
+
+
+def developer_test_command() -> str:
+    """The last command of the README's "Developing this repository" block: the test command."""
+    text = readme()
+    start = text.index("## Developing this repository")
+    [block] = BASH_BLOCK.findall(text[start : text.index("\n### ", start)])
+    return block.strip().splitlines()[-1]
+
+
+def test_the_test_command_says_it_fits_its_budget_and_ci_runs_it_and_the_rest() -> None:
+    line = developer_test_command()
+    typed, _, comment = line.partition("#")
+    seconds = re.fullmatch(r" (\d+) s on 2 cores without a GPU", comment)
+    assert seconds, f"the test command gives no duration on 2 cores: {line}"
+    assert int(seconds[1]) <= TEST_COMMAND_BUDGET_S
+    typed = typed.strip()
+    assert typed.endswith('-m "not slow"'), typed
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    # CI runs the command as typed, then the slow tests it leaves out: everything.
+    assert typed in ci
+    assert typed.replace('-m "not slow"', "-m slow") in ci

@@ -184,6 +184,7 @@ def local_header(data: bytes) -> int:
     return data.rindex(b"PK\x03\x04", 0, data.index(b"/data/0"))
 
 
+@pytest.mark.slow
 def test_a_flipped_byte_is_refused_or_changes_no_weight(saved, tiny_decoder):
     """Bytes spread over the whole file, every byte of one weight's central-directory record
     (its attributes included: torch's zip reader takes a member marked a folder as empty) and
@@ -616,6 +617,7 @@ def test_a_model_saved_from_views_and_in_bf16_round_trips(tmp_path, tiny_decoder
         assert torch.equal(loaded.state_dict()[name], weight.float()), name
 
 
+@pytest.mark.slow
 def test_checking_a_file_against_its_config_does_not_import_dynamo(saved):
     """The skeleton the weights are checked against is built on the meta device, where the
     position tables, if computed, would import torch._dynamo (seconds, in every worker)."""

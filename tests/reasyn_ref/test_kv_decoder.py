@@ -97,6 +97,7 @@ def test_prefill_and_steps_agree_with_full_recompute(tiny_decoder, target):
         torch.testing.assert_close(got, want, **FP32_TOLERANCE, msg=f"step {step}")
 
 
+@pytest.mark.slow
 def test_greedy_decoding_matches_the_full_decoder(tiny_decoder, target):
     """Each row fed its own argmax: the same tokens as greedy decoding with full recompute."""
     memory, mask = pad_memory(*target)

@@ -40,6 +40,7 @@ def test_sampler_runs_rows_to_max_len_or_end(tiny_decoder, target):
     ]
 
 
+@pytest.mark.slow
 def test_sampler_same_seed_same_tokens(tiny_decoder, target):
     sampler = KVSampler(tiny_decoder, temperature=1.0)
     prefixes = random_prefixes(tiny_decoder.config, [1, 4, 2], torch.Generator().manual_seed(12))

@@ -31,6 +31,7 @@ def case_id(value: object) -> str:
     return f"d{value.d_model}" if isinstance(value, DecoderConfig) else str(tuple(value))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("config", "key"), CASES, ids=case_id)
 def test_fp32_lean_step_is_the_decoders_arithmetic(config, key) -> None:
     decoder = seeded_decoder(config, 0)
@@ -99,6 +100,7 @@ def test_lean_sampler_needs_the_batched_bf16_path(tiny_decoder) -> None:
         ARSampler(tiny_decoder, lean=1, bf16=True, cudagraph=False)
 
 
+@pytest.mark.slow
 def test_lean_sampler_runs_the_lean_step(tiny_decoder, target) -> None:
     memory, mask = target
     sampler = ARSampler(tiny_decoder, lean=True, bf16=True, batched=True, cudagraph=False)

@@ -310,6 +310,7 @@ def test_seeded_models_neither_read_nor_change_the_global_rng():
     assert torch.equal(torch.get_rng_state(), torch.manual_seed(999).get_state())
 
 
+@pytest.mark.slow
 def test_building_a_seeded_model_does_not_import_dynamo():
     """torch._dynamo takes seconds to import; a model built on the meta device imported it
     (meta ops run as Python references), and every conformance run and worker paid for it."""

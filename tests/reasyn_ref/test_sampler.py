@@ -157,6 +157,7 @@ def alone(row: list[int], config, target: tuple[Tensor, Tensor]) -> ARStep:
     return ARStep(tokens, *target, gather, rows=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [1, 3, 9])
 @pytest.mark.parametrize("longest", [1, 63, 64, 65, 511, 512])
 def test_batched_logits_match_per_row_logits(tiny_decoder, target, exact_fp32, longest, batch):
@@ -212,6 +213,7 @@ def test_draws_are_from_the_softmax_at_temperature_with_the_callers_generator(
         torch.testing.assert_close(probs, torch.softmax(logits / 0.7, dim=-1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batched", [True, False])
 def test_same_seed_same_tokens_and_only_the_generator_is_used(tiny_decoder, target, batched):
     sampler = ARSampler(tiny_decoder, temperature=1.0, batched=batched)
@@ -224,6 +226,7 @@ def test_same_seed_same_tokens_and_only_the_generator_is_used(tiny_decoder, targ
     assert all(seq[: len(p)] == p for seq, p in zip(first, prefixes, strict=True))
 
 
+@pytest.mark.slow
 def test_different_seeds_draw_different_tokens(tiny_decoder, target):
     # At temperature 5 the tiny model's distribution is near uniform over 272 ids: 8 rows of
     # up to 23 draws agreeing by chance is out of the question.

@@ -20,7 +20,8 @@ from reasyn_ref.checkpoint import load_checkpoint
 from reasyn_ref.sampler import ARSampler
 from reasyn_ref.workers import SampleJob, WorkerError, WorkerPool, run_sample_job
 
-pytestmark = pytest.mark.usefixtures("no_toggles_in_env")
+# Most tests spawn worker processes (the README's test command leaves them out).
+pytestmark = [pytest.mark.usefixtures("no_toggles_in_env"), pytest.mark.slow]
 
 # Seeds that make scripted_job misbehave; every other seed samples normally.
 RAISE_SEED = 900
