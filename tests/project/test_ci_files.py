@@ -109,6 +109,27 @@ def test_the_cpu_job_runs_what_ci_runs() -> None:
     assert "bash .ci/run" in run_lines(workflow, "cpu")
 
 
+# The recipe's knobs (scripts/gpu_suite.sh): set outside, as on a GPU host running the recipe,
+# they would change what the dry run prints.
+RECIPE_KNOBS = (
+    "SKIP_INSTALL",
+    "TEST_ARGS",
+    "SKIP_BENCH",
+    "BENCH_COMPARE",
+    "BENCH_ARGS",
+    "STEP_TIMEOUT",
+    "GPUS",
+    "GIT_COMMIT",
+    "STEPS",
+    "JOBS",
+)
+
+
+def recipe_env(**knobs: str) -> dict[str, str]:
+    """This environment without the recipe's knobs, then ``knobs``."""
+    return {**{k: v for k, v in os.environ.items() if k not in RECIPE_KNOBS}, **knobs}
+
+
 def gpu_recipe_steps(**knobs: str) -> dict[str, str]:
     """Step name -> command, as ``scripts/gpu_suite.sh --dry-run`` prints them."""
     shown = subprocess.run(
@@ -117,7 +138,7 @@ def gpu_recipe_steps(**knobs: str) -> dict[str, str]:
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "GPUS": "0", **knobs},
+        env=recipe_env(**{"GPUS": "0", **knobs}),
     )
     # The script makes OUTDIR absolute; the docs write it as given.
     lines = shown.stdout.replace(str(ROOT / "OUTDIR"), "OUTDIR").splitlines()
@@ -171,10 +192,19 @@ def test_docs_ci_gives_every_step_of_the_gpu_recipe() -> None:
         assert command in docs, f"docs/ci.md does not give step {name}: `{command}`"
 
 
-def test_the_report_knows_every_step_of_the_gpu_recipe() -> None:
+def test_the_report_knows_every_step_of_the_gpu_recipe_in_its_order() -> None:
     from gpu_report import STEPS
 
-    assert set(gpu_recipe_steps(GPUS="2")) <= set(STEPS)
+    assert list(gpu_recipe_steps(GPUS="2")) == list(STEPS)
+
+
+def test_knobs_set_outside_do_not_change_the_recipe_the_tests_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    default = gpu_recipe_steps()
+    for knob in RECIPE_KNOBS:
+        monkeypatch.setenv(knob, "1")
+    assert gpu_recipe_steps() == default
 
 
 def test_the_gpu_recipe_names_the_commit_of_the_clone(tmp_path: Path) -> None:
@@ -189,7 +219,7 @@ def test_the_gpu_recipe_names_the_commit_of_the_clone(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "GPUS": "0"},
+        env=recipe_env(GPUS="0"),
     )
     expected = head.stdout.strip() + ("-dirty" if dirty else "")
     assert shown.stdout.splitlines()[0] == f"commit: {expected}"
@@ -198,7 +228,7 @@ def test_the_gpu_recipe_names_the_commit_of_the_clone(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "GPUS": "0", "GIT_COMMIT": "abc1234"},
+        env=recipe_env(GPUS="0", GIT_COMMIT="abc1234"),
     )
     assert given.stdout.splitlines()[0] == "commit: abc1234"
     assert list(tmp_path.iterdir()) == [], "a dry run writes nothing"

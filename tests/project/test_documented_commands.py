@@ -295,9 +295,10 @@ def scratch_tree(root: Path, into: Path) -> Path:
     for path in QUICKSTART.glob("*.py"):
         shutil.copy2(path, into / path.name)
     baselines = into / "benchmarks" / "baseline"
-    committed = next(baselines.glob("*/baseline.json"))
-    (baselines / stack_id()).mkdir(exist_ok=True)
-    shutil.copy2(committed, baselines / stack_id() / "baseline.json")
+    own = baselines / stack_id() / "baseline.json"
+    if not own.exists():  # on the committed baseline's own stack it is there already
+        own.parent.mkdir(exist_ok=True)
+        shutil.copy2(next(baselines.glob("*/baseline.json")), own)
     return into
 
 

@@ -303,8 +303,15 @@ def test_members_placed_before_the_start_of_the_file_are_refused(saved):
     moved = int.from_bytes(data[end64 + 48 : end64 + 56], "little") + 1000
     data[end64 + 48 : end64 + 56] = moved.to_bytes(8, "little")
     saved.write_bytes(data)
-    with pytest.raises(ValueError, match=r"member '[^']*/data\.pkl' has its local header outside"):
+    with pytest.raises(ValueError) as refused:
         load_checkpoint(saved)
+    # Python 3.12's zipfile refuses such a directory itself; older ones read it, and the
+    # loader finds the first member outside the file.
+    assert re.search(
+        rf"^{re.escape(str(saved))} is not a whole checkpoint.*(member '[^']*/data\.pkl' has its "
+        r"local header outside|Corrupt zip64 end of central directory record)",
+        str(refused.value),
+    )
 
 
 def test_a_compressed_archive_is_refused_though_torch_loads_it(saved):
