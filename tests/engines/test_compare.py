@@ -368,3 +368,20 @@ def test_nan_matches_nan_within_a_tolerance_too(dtype):
 def test_a_number_leaf_exactly_at_the_bound_matches():
     assert compare_outputs(1.0, 1.5, atol=0.5) == []
     assert len(compare_outputs(1.0, 1.75, atol=0.5)) == 1
+
+
+def test_uint64_gaps_are_taken_across_the_signed_boundary():
+    """uint64 values on either side of 2**63, and the two ends of the range, keep their gap."""
+    uint64 = torch.uint64
+    middle = torch.tensor([2**63 - 1], dtype=uint64)
+    assert compare_outputs(middle, torch.tensor([2**63], dtype=uint64), atol=1.0) == []
+    ends = compare_outputs(
+        torch.tensor([0], dtype=uint64), torch.tensor([2**64 - 1], dtype=uint64), atol=1.0
+    )
+    assert len(ends) == 1
+
+
+def test_the_largest_difference_is_over_the_differing_elements_only():
+    expected, actual = torch.tensor([100.0, 0.0]), torch.tensor([105.0, 1.0])
+    (mismatch,) = compare_outputs(expected, actual, rtol=0.1)  # 5 within 10; 1 past 0
+    assert (mismatch.first_index, mismatch.differing, mismatch.max_abs_diff) == ((1,), 1, 1.0)

@@ -684,3 +684,10 @@ def test_a_check_from_another_thread_counts_as_running_until_it_ends() -> None:
     release.set()
     worker.join(5)
     assert checker.running == 0
+
+
+def test_the_largest_count_of_cases_is_accepted() -> None:
+    last = parity.MAX_CASES - 1
+    checker = ParityChecker("cpu", only_case=last)  # the count is checked; one case is run
+    result = checker.check(scaled, scaled, one_input, cases=parity.MAX_CASES)
+    assert result.ok and [outcome.seed for outcome in result.outcomes] == [checker.seed + last]

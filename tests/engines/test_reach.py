@@ -118,3 +118,22 @@ def test_a_tensor_replaced_instead_of_copied_into_is_named_by_its_path() -> None
     assert moved.path == "graphed.entries[(1, 2)].x"
     assert moved.describe().startswith("graphed.entries[(1, 2)].x was rebound: its storage moved")
     assert rebound(after, after) == []
+
+
+def test_a_partials_arguments_are_walked_by_position_and_by_name() -> None:
+    held, named = torch.zeros(1), torch.ones(1)
+    found = reachable_tensors(functools.partial(torch.add, held, other=named), "p").tensors
+    assert found == {"p.args[0]": held, "p.keywords['other']": named}
+
+
+def test_the_walk_enters_objects_down_to_max_depth_and_no_deeper() -> None:
+    tensor = torch.zeros(1)
+    chain: list[object] = [tensor]  # the tensor one deeper than the innermost list
+    for _ in range(reach.MAX_DEPTH):
+        chain = [chain]
+    assert list(reachable_tensors(chain, "c").tensors.values()) == [tensor]
+    assert reachable_tensors([chain], "c").tensors == {}
+
+
+def test_a_path_gone_from_the_second_look_is_not_a_rebinding() -> None:
+    assert rebound({"a": 1, "b": 2}, {"b": 2}) == []

@@ -122,3 +122,24 @@ def test_load_state_sets_a_number_only_where_it_differs() -> None:
     assert model.set_names == []
     load_state(model, {**module_state(model), "calls": 3})
     assert model.set_names == ["calls"] and model.calls == 3
+
+
+def test_a_tensor_of_another_dtype_is_refused_and_nothing_written() -> None:
+    model = Counting()
+    state = module_state(model)
+    wrong = {**state, "scale": torch.full((3,), 2.0, dtype=torch.float64), "calls": 5}
+    with pytest.raises(ValueError, match=r"scale: a torch.float64 tensor of shape \(3,\)"):
+        load_state(model, wrong)
+    assert model.calls == 0 and torch.equal(model.scale, torch.ones(3))
+
+
+def test_a_state_with_every_path_and_one_more_is_refused() -> None:
+    model = Counting()
+    with pytest.raises(ValueError, match=r"paths \[\] missing, \['extra'\] not theirs"):
+        load_state(model, {**module_state(model), "extra": 1})
+
+
+def test_states_are_compared_within_the_tolerance() -> None:
+    expected, actual = {"w": torch.zeros(2)}, {"w": torch.full((2,), 0.25)}
+    assert state_differences(expected, actual, atol=0.5) == []
+    assert state_differences(expected, actual, rtol=0.5) != []

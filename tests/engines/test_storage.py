@@ -8,7 +8,13 @@ import gc
 
 import torch
 
-from pytest_cudagraph.engines.storage import EarlierOutputs, StorageOverlap, storage_overlaps
+from pytest_cudagraph.engines.storage import (
+    EarlierOutputs,
+    StorageOverlap,
+    overlapping,
+    storage_extents,
+    storage_overlaps,
+)
 
 
 @dataclasses.dataclass
@@ -122,3 +128,10 @@ def test_memory_handed_out_again_while_an_earlier_output_is_held_is_shared() -> 
     assert earlier.overlaps(at(buffer, 8, 2), "out") == [
         StorageOverlap("out", "case 0 output['y']")
     ]
+
+
+def test_storages_on_two_devices_never_overlap_whatever_their_addresses() -> None:
+    tensor = torch.zeros(4)
+    [(_, (device, start, end))] = storage_extents(tensor, "x")
+    assert overlapping(tensor, [("other", (device, start, end))]) != []
+    assert overlapping(tensor, [("other", ("cuda:0", start, end))]) == []

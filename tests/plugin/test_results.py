@@ -559,3 +559,19 @@ def test_no_summary_section_when_nothing_to_say(
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     result = pytester.runpytest_subprocess()
     assert "= cudagraph =" not in result.stdout.str()
+
+
+def test_a_value_with_our_key_and_more_is_the_users() -> None:
+    ours = results.envelope("parity", {"checked": 1})
+    theirs = ("cudagraph_parity", {results.ENVELOPE: {"checked": 9}, "note": "mine"})
+    assert results.plugin_values([ours, theirs]) == [("parity", {"checked": 1})]
+    assert results.foreign_properties([ours, theirs]) == [list(theirs)]
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path: Path) -> None:
+    taken = tmp_path / "r.json"
+    (taken / "inside").mkdir(parents=True)  # a folder where the file goes: the rename fails
+    with pytest.raises(OSError):
+        results.write_json(taken, {"a": 1})
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["r.json"]
+    assert taken.is_dir()

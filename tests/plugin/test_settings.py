@@ -282,3 +282,25 @@ def test_a_setting_without_a_default_is_none_and_one_with_a_default_is_parsed() 
         "target": None,
     }
     assert not snapshot.given()
+
+
+@pytest.mark.parametrize(
+    ("given", "problem"),
+    [
+        ("", "must be a file path, got an empty one"),
+        ("  ", "must be a file path, got an empty one"),
+        ("out", "is a folder; give a file path such as out/results.json"),
+        ("notes.txt/results.json", "is under .*notes.txt, which is a file, not a folder"),
+    ],
+    ids=["empty", "blank", "folder", "under a file"],
+)
+def test_a_results_path_must_be_a_file_that_can_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, problem: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=f"^{problem}$"):
+        settings.parse_results_path(given)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt", "out"]
+    assert settings.parse_results_path("out/results.json") == Path("out/results.json")
