@@ -30,7 +30,7 @@ STEPS = (
     "conformance-xdist",
     "bench",
 )
-SUITE_KNOBS = ("TEST_ARGS", "SKIP_BENCH", "BENCH_COMPARE", "BENCH_ARGS", "GPUS")
+SUITE_KNOBS = ("TEST_ARGS", "SKIP_BENCH", "BENCH_COMPARE", "BENCH_ARGS", "GPUS", "STEPS", "JOBS")
 
 
 def suite_command(label: str) -> str:

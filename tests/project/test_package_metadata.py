@@ -10,6 +10,8 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+import pytest_cudagraph
+
 ROOT = Path(__file__).resolve().parents[2]
 REPOSITORY = "https://github.com/pytest-cudagraph/pytest-cudagraph"
 DISTRIBUTIONS = ("pytest-cudagraph", "reasyn-ref")
@@ -64,6 +66,8 @@ def test_the_version_is_the_changelogs_latest():
     headings = re.findall(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
     assert headings, "CHANGELOG.md has no version heading"
     assert Version(metadata()["Version"]) == Version(headings[0])
+    # What the package says of itself (the results JSON records it) is that version too.
+    assert pytest_cudagraph.__version__ == metadata()["Version"]
 
 
 def test_reasyn_ref_moves_in_lock_step_with_the_plugin():
