@@ -16,7 +16,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -44,15 +44,12 @@ def synchronizing_timer(device: torch.device) -> Callable[[], float]:
     return cuda_synchronized_perf_counter
 
 
-def device_benchmark(request: pytest.FixtureRequest) -> object:
-    """pytest-benchmark's ``benchmark`` timed with ``cuda_timer``; skips, saying why, in a
-    session without pytest-benchmark (the ``cuda_benchmark`` fixture)."""
-    if not request.config.pluginmanager.hasplugin("benchmark"):
+class MissingBenchmark:
+    """``cuda_benchmark`` in a session without pytest-benchmark: it skips, saying why."""
+
+    @pytest.fixture
+    def cuda_benchmark(self) -> object:
         pytest.skip(NEEDS_BENCHMARK)
-    benchmark = request.getfixturevalue("benchmark")
-    # pytest-benchmark's public timer= marker argument cannot see the test's device.
-    benchmark._timer = request.getfixturevalue("cuda_timer")
-    return benchmark
 
 
 def gpu_machine_info() -> dict[str, object]:
@@ -133,6 +130,15 @@ class BenchmarkHooks:
 
     def __init__(self) -> None:
         self.stack: str | None = None
+
+    # Requested by name, not looked up in the body: pytest-benchmark's --benchmark-only skips
+    # every test whose arguments do not hold its ``benchmark``.
+    @pytest.fixture
+    def cuda_benchmark(self, benchmark: Any, cuda_timer: Callable[[], float]) -> object:
+        """pytest-benchmark's ``benchmark`` whose timer synchronizes ``cuda_device``."""
+        # pytest-benchmark's public timer= marker argument cannot see the test's device.
+        benchmark._timer = cuda_timer
+        return benchmark
 
     def stack_once(self) -> str:
         if self.stack is None:

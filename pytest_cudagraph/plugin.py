@@ -88,10 +88,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_RecordGatherer(config), "cudagraph-records")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(config), "cudagraph-xdist")
-    if config.pluginmanager.hasplugin("benchmark"):
-        from pytest_cudagraph import bench
+    # The cuda_benchmark fixture comes with these: pytest-benchmark's own, or a skip.
+    from pytest_cudagraph import bench
 
+    if config.pluginmanager.hasplugin("benchmark"):
         config.pluginmanager.register(bench.BenchmarkHooks(), "cudagraph-benchmark")
+    else:
+        config.pluginmanager.register(bench.MissingBenchmark(), "cudagraph-benchmark-missing")
 
 
 def _bind_device(config: pytest.Config, snapshot: settings.Snapshot) -> devices.DeviceBinding:
@@ -200,15 +203,6 @@ def cuda_timer(cuda_device: torch.device) -> Callable[[], float]:
     from pytest_cudagraph import bench
 
     return bench.synchronizing_timer(cuda_device)
-
-
-@pytest.fixture
-def cuda_benchmark(request: pytest.FixtureRequest) -> object:
-    """pytest-benchmark's ``benchmark`` whose timer synchronizes ``cuda_device``; skips,
-    saying why, without pytest-benchmark."""
-    from pytest_cudagraph import bench
-
-    return bench.device_benchmark(request)
 
 
 @pytest.fixture(autouse=True)

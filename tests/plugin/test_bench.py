@@ -231,6 +231,21 @@ def test_cuda_benchmark_is_benchmark_with_the_device_timer(cpu_pytester: pytest.
     cpu_pytester.runpytest_inprocess().assert_outcomes(passed=1)
 
 
+def test_a_cuda_benchmark_runs_under_benchmark_only(cpu_pytester: pytest.Pytester) -> None:
+    """--benchmark-only skips a test that does not request ``benchmark``; cuda_benchmark does."""
+    cpu_pytester.makepyfile(
+        """
+        def test_bench(cuda_benchmark):
+            cuda_benchmark(sum, range(10))
+
+        def test_not_a_benchmark():
+            pass
+        """
+    )
+    result = cpu_pytester.runpytest_inprocess("--benchmark-only")
+    result.assert_outcomes(passed=1, skipped=1)
+
+
 def test_without_pytest_benchmark_the_rest_works(cpu_pytester: pytest.Pytester) -> None:
     cpu_pytester.makepyfile(
         """
