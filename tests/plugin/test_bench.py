@@ -231,8 +231,12 @@ def test_cuda_benchmark_is_benchmark_with_the_device_timer(cpu_pytester: pytest.
     cpu_pytester.runpytest_inprocess().assert_outcomes(passed=1)
 
 
-def test_a_cuda_benchmark_runs_under_benchmark_only(cpu_pytester: pytest.Pytester) -> None:
+def test_a_cuda_benchmark_runs_under_benchmark_only(
+    cpu_pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """--benchmark-only skips a test that does not request ``benchmark``; cuda_benchmark does."""
+    # pytest-benchmark turns itself off in an xdist worker, and then refuses --benchmark-only.
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     cpu_pytester.makepyfile(
         """
         def test_bench(cuda_benchmark):
