@@ -9,7 +9,7 @@ import contextlib
 import pytest
 import torch
 from cache_recorders import RELEASE, RecordingCache
-from step_inputs import CONFIG, replaced, step_inputs
+from step_inputs import CONFIG, KEYED_SHAPES, replaced, step_inputs
 from torch import nn
 
 from pytest_cudagraph.engines.state import load_state, module_state, state_differences
@@ -28,12 +28,7 @@ def check(inputs, device=CPU, memory_dtype=torch.float32):
 
 @pytest.mark.parametrize(
     ("shape", "expected"),
-    [
-        (dict(batch=4, seq=64, memory_len=64), GraphKey(4, 64, 64, True, True)),
-        (dict(batch=1, seq=128, memory_len=256, rows=1), GraphKey(1, 128, 256, True, False)),
-        (dict(batch=8, seq=512, memory_len=192, mask=False), GraphKey(8, 512, 192, False, True)),
-        (dict(batch=2, rows=2, expanded=False), GraphKey(2, 64, 64, True, False)),
-    ],
+    KEYED_SHAPES,
 )
 def test_the_cache_keys_a_step_on_its_shapes_and_layout(shape, expected):
     assert check(step_inputs(**shape)) == expected == ARStep(**step_inputs(**shape)).key

@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from step_inputs import replaced, step_inputs
+from step_inputs import KEYED_SHAPES, replaced, step_inputs
 
 from reasyn_ref import ARStep, GraphKey
 
 
 @pytest.mark.parametrize(
     ("shape", "expected"),
-    [
-        (dict(batch=4, seq=64, memory_len=64), GraphKey(4, 64, 64, True, True)),
-        (dict(batch=1, seq=128, memory_len=256, rows=1), GraphKey(1, 128, 256, True, False)),
-        (dict(batch=8, seq=512, memory_len=192, mask=False), GraphKey(8, 512, 192, False, True)),
-        (dict(batch=2, rows=2, expanded=False), GraphKey(2, 64, 64, True, False)),
-    ],
+    KEYED_SHAPES,
 )
 def test_the_key_holds_every_shape_and_layout_the_forward_depends_on(shape, expected):
     assert ARStep(**step_inputs(**shape)).key == expected
