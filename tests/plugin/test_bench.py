@@ -31,21 +31,22 @@ def test_sum(benchmark):
 
 
 @pytest.fixture
-def bench_pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """A project with one small benchmark, run as pytest-benchmark runs it outside xdist."""
-    # Under `pytest -n` the inner run must not take itself for an xdist worker: pytest-benchmark
-    # turns itself off there.
+def outside_xdist(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under `pytest -n` an inner run must not take itself for an xdist worker: pytest-benchmark
+    turns itself off there (and then refuses --benchmark-only)."""
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def bench_pytester(pytester: pytest.Pytester, outside_xdist: None) -> pytest.Pytester:
+    """A project with one small benchmark, run as pytest-benchmark runs it outside xdist."""
     pytester.makepyfile(test_small=SMALL_BENCHMARK)
     return pytester
 
 
-def test_machine_info_names_gpus_driver_torch_and_cuda(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # pytest-benchmark turns itself off in what looks like an xdist worker.
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+@pytest.mark.usefixtures("outside_xdist")
+def test_machine_info_names_gpus_driver_torch_and_cuda(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
         def test_bench(benchmark):
@@ -231,12 +232,9 @@ def test_cuda_benchmark_is_benchmark_with_the_device_timer(cpu_pytester: pytest.
     cpu_pytester.runpytest_inprocess().assert_outcomes(passed=1)
 
 
-def test_a_cuda_benchmark_runs_under_benchmark_only(
-    cpu_pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("outside_xdist")
+def test_a_cuda_benchmark_runs_under_benchmark_only(cpu_pytester: pytest.Pytester) -> None:
     """--benchmark-only skips a test that does not request ``benchmark``; cuda_benchmark does."""
-    # pytest-benchmark turns itself off in an xdist worker, and then refuses --benchmark-only.
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     cpu_pytester.makepyfile(
         """
         def test_bench(cuda_benchmark):
