@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from distributions import registered_targets
+from gpu_report import STEPS, SUITE_KNOBS
 
 from pytest_cudagraph.engines.stack import parse_pinned_stack
 
@@ -109,20 +110,10 @@ def test_the_cpu_job_runs_what_ci_runs() -> None:
     assert "bash .ci/run" in run_lines(workflow, "cpu")
 
 
-# The recipe's knobs (scripts/gpu_suite.sh): set outside, as on a GPU host running the recipe,
-# they would change what the dry run prints.
-RECIPE_KNOBS = (
-    "SKIP_INSTALL",
-    "TEST_ARGS",
-    "SKIP_BENCH",
-    "BENCH_COMPARE",
-    "BENCH_ARGS",
-    "STEP_TIMEOUT",
-    "GPUS",
-    "GIT_COMMIT",
-    "STEPS",
-    "JOBS",
-)
+# The recipe's knobs (scripts/gpu_suite.sh): those that change what runs (the report names
+# them) and the rest. Set outside, as on a GPU host running the recipe, they would change what
+# the dry run prints.
+RECIPE_KNOBS = (*SUITE_KNOBS, "SKIP_INSTALL", "STEP_TIMEOUT", "GIT_COMMIT")
 
 
 def recipe_env(**knobs: str) -> dict[str, str]:
@@ -193,8 +184,6 @@ def test_docs_ci_gives_every_step_of_the_gpu_recipe() -> None:
 
 
 def test_the_report_knows_every_step_of_the_gpu_recipe_in_its_order() -> None:
-    from gpu_report import STEPS
-
     assert list(gpu_recipe_steps(GPUS="2")) == list(STEPS)
 
 
