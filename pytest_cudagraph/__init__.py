@@ -23,8 +23,8 @@ _EXPORTS = {
     "judge_growth": "pytest_cudagraph.engines.memory",
     "host_syncs_fail": "pytest_cudagraph.engines.hostsync",
     "FaultInjector": "pytest_cudagraph.engines.faults",
-    "CudaGraphTarget": "pytest_cudagraph.conformance.target",
-    "TargetError": "pytest_cudagraph.conformance.target",
+    "CudaGraphTarget": "pytest_cudagraph.conformance.protocol",
+    "TargetError": "pytest_cudagraph.conformance.loading",
     "cuda_graph_parity": "pytest_cudagraph.markers.cuda_graph_parity",
     "graph_memory_bound": "pytest_cudagraph.markers.graph_memory_bound",
     "no_host_sync": "pytest_cudagraph.markers.no_host_sync",
@@ -50,7 +50,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from pytest_cudagraph.conformance.target import CudaGraphTarget, TargetError
+    from pytest_cudagraph.conformance.loading import TargetError
+    from pytest_cudagraph.conformance.protocol import CudaGraphTarget
     from pytest_cudagraph.engines.faults import FaultInjector
     from pytest_cudagraph.engines.hostsync import host_syncs_fail
     from pytest_cudagraph.engines.memory import DeviceMemoryProbe, MemoryReport, judge_growth

@@ -2,6 +2,7 @@
 
 pytest-cudagraph report results.json [--out report.md]   the Markdown report of a results file
 pytest-cudagraph targets                                 the installed conformance targets
+pytest-cudagraph checks                                  what each conformance check needs
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ def parser() -> argparse.ArgumentParser:
         description="List the installed conformance targets, one per line: name, then "
         "module:factory.",
     )
+    chosen.add_parser(
+        "checks",
+        help="list what each conformance check needs of a target",
+        description="What each conformance check needs of a target (it skips without it) and "
+        "what makes it sharper, as a Markdown table.",
+    )
     return commands
 
 
@@ -37,9 +44,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; the exit status (2 for a results file that cannot be read)."""
     args = parser().parse_args(argv)
     if args.command == "targets":
-        from pytest_cudagraph.conformance.target import main as list_targets
+        from pytest_cudagraph.conformance.loading import installed_lines
 
-        list_targets()
+        print("\n".join(installed_lines()))
+        return 0
+    if args.command == "checks":
+        from pytest_cudagraph.conformance.catalog import check_needs, needs_table
+
+        print("\n".join(needs_table(check_needs())))
         return 0
     from pytest_cudagraph import report_markdown, results
 

@@ -6,62 +6,65 @@
   shape, checked against ``fn`` itself.
 - ``hand_written(eager=..., graphed=..., ...)``: your own graph code, from its two calls.
 
-All three take the same keywords for what they share: ``device``; ``keys``, the graph keys to
-exercise (shapes, buckets: one is enough); ``draw(generator, case) -> inputs``, one call's inputs
-for ``case.key`` (see ``Case``); ``key_of`` and ``largest_key``; and any other field of
-``CudaGraphTarget`` by name: the contract the code keeps (``tolerance``, ``real_part``,
-``output_lifetime``, ``threads``, ``refusal_errors``) and its capabilities (``reset_state``,
-``sampler``, ``unsupported_modes``, ...). The two that graph ``fn`` for you also share ``model``
-(``fn(model, ...)``, a function of a model), ``call`` (one call of the target made of calls of
-the graphed step: an episode) and ``share_state``: each side runs on a model of its own (given
-to the module-state check as ``side_state``) unless ``share_state=True``. torch is imported
-only when a target is built.
+All three take the target's core by the same names (``device``, ``keys``, ``draw``, ``key_of``)
+and, by name, its contract and its capabilities (``tolerance=...``, ``cache=Cache(...)``,
+``sampling=Sampling(...)``: ``TargetOptions``); what an adapter knows itself (a capacity, the
+graph skips, each side's modules) is merged under what you give. The two that graph ``fn`` for
+you also take ``model``, ``call`` and ``share_state``. torch is imported when a target is made.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from pytest_cudagraph.conformance.target import (
+from pytest_cudagraph.conformance import legacy
+from pytest_cudagraph.conformance.protocol import (
+    CAPABILITIES,
     NEXT_CALL,
     NEXT_CALL_OF_KEY,
+    Cache,
+    Capability,
+    Case,
     CudaGraphTarget,
+    Fallbacks,
     Inputs,
+    State,
+    TargetOptions,
+    checked_keys,
 )
 
 if TYPE_CHECKING:
     import torch
+    from typing_extensions import Unpack
 
-
-@dataclass(frozen=True)
-class Case:
-    """What one draw is for: ``key``, one of the adapter's keys; ``repeat``, how many draws of
-    that key came before it (shapes that vary inside a key, such as a real batch padded up to
-    its bucket, come from it: two draws of one case must have the same shapes); ``number``, the
-    suite's case number."""
-
-    number: int
-    key: Hashable
-    repeat: int
-
+__all__ = [
+    "Case",
+    "InductorSkips",
+    "argument_shapes",
+    "compiled",
+    "graphed_callables",
+    "hand_written",
+    "input_argument_shapes",
+    "input_shapes",
+]
 
 Draw = Callable[["torch.Generator", Case], Inputs]
 # call(step, model, inputs) -> outputs: one call of the target through ``step``, fn graphed (or
 # not) for one side; ``model`` is that side's model (None when fn takes none).
-Call = Callable[[Callable[..., Any], Any, Inputs], Any]
+Call = Callable[[Callable[..., object], object, Inputs], object]
 # Where inductor logs each CUDA graph it skips (an artifact logger: it does not propagate).
 INDUCTOR_SKIP_LOGGER = "torch._inductor.cudagraph_utils.__cudagraphs"
-# Fields each adapter fills in itself; every other field of CudaGraphTarget may be given.
-ADAPTER_FIELDS = ("device", "eager", "graphed", "make_inputs", "key_of", "num_keys", "largest_case")
 # Each torch.compile mode with CUDA graphs, and the same mode without them (the eager twin).
 TWIN_MODES = {"reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs"}
+# 0.3.0's adapters took the largest key by itself; it is the cache's now.
+OLD_ADAPTER_FIELDS = {**legacy.OLD_FIELDS, "largest_key": ("cache", "largest_key")}
 
 
 def input_shapes(inputs: Inputs) -> tuple[tuple[str, tuple[int, ...], str], ...]:
@@ -75,67 +78,38 @@ def input_shapes(inputs: Inputs) -> tuple[tuple[str, tuple[int, ...], str], ...]
     )
 
 
-def keyed_cases(
-    keys: Sequence[Hashable], draw: Draw
-) -> tuple[Callable[[torch.Generator, int], Inputs], int]:
-    """``make_inputs(generator, number)`` drawing ``Case(number, keys[number % len(keys)],
-    number // len(keys))``, and the number of keys."""
-    if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
-        raise TypeError(f"keys must be a sequence of graph keys, got {type(keys).__name__}")
-    keys = list(keys)
-    for index, key in enumerate(keys):
-        if not isinstance(key, Hashable):
-            raise TypeError(f"keys[{index}] must be hashable, got {type(key).__name__} {key!r}")
-    if not keys or len(set(keys)) != len(keys):
-        raise ValueError(f"keys must be at least one graph key, each once, got {keys!r}")
-    if not callable(draw):
-        raise TypeError(
-            f"draw must be callable as draw(generator, case), got {type(draw).__name__}"
-        )
-
-    def make_inputs(generator: torch.Generator, number: int) -> Inputs:
-        repeat, index = divmod(number, len(keys))
-        return draw(generator, Case(number, keys[index], repeat))
-
-    return make_inputs, len(keys)
-
-
 def hand_written(
     *,
     device: torch.device,
-    eager: Callable[[Inputs], Any],
-    graphed: Callable[[Inputs], Any] | None,
+    eager: Callable[[Inputs], object],
+    graphed: Callable[[Inputs], object] | None,
     keys: Sequence[Hashable],
     draw: Draw,
     key_of: Callable[[Inputs], Hashable],
-    largest_key: Hashable | None = None,
-    **given: Any,
+    **fields: Unpack[TargetOptions],
 ) -> CudaGraphTarget:
     """A target for your own graph code: ``eager(inputs)`` and ``graphed(inputs)`` (None where
     it cannot run: without CUDA). ``key_of`` is the code's own key for a call (it must tell the
-    ``keys`` apart); ``largest_key`` the key whose graph is largest (for the memory check).
-    Outputs are owned unless ``output_lifetime`` says otherwise."""
-    cases = _cases(keys, draw, key_of, largest_key, given)
-    return _target(device, eager, graphed, cases, key_of, {}, given)
+    ``keys`` apart). Outputs are owned unless ``output_lifetime`` says otherwise."""
+    return _target("hand_written", device, eager, graphed, keys, draw, key_of, {}, fields)
 
 
 def compiled(
-    fn: Callable[..., Any],
+    fn: Callable[..., object],
     *,
     device: torch.device,
     keys: Sequence[Hashable],
     draw: Draw,
-    model: Any = None,
+    model: object = None,
     call: Call | None = None,
     share_state: bool = False,
     mode: str | None = "reduce-overhead",
     fullgraph: bool = False,
     dynamic: bool | None = False,
-    options: Mapping[str, Any] | None = None,
+    options: Mapping[str, object] | None = None,
     rerecord_limit: int = 0,
     key_of: Callable[[Inputs], Hashable] = input_shapes,
-    largest_key: Hashable | None = None,
-    **given: Any,
+    **fields: Unpack[TargetOptions],
 ) -> CudaGraphTarget:
     """A target for ``fn`` under ``torch.compile`` with CUDA graphs, as your compile line has it:
     ``mode`` (or ``options``, with ``triton.cudagraphs`` set for you), ``fullgraph``,
@@ -157,7 +131,9 @@ def compiled(
     import torch
     import torch._dynamo
 
-    cases = _cases(keys, draw, key_of, largest_key, given)
+    keys = checked_keys(keys)
+    _check_callable("draw", draw)
+    _check_callable("key_of", key_of)
     _check_count("rerecord_limit", rerecord_limit)
     _check_flag("fullgraph", fullgraph)
     if dynamic is not None:
@@ -183,50 +159,50 @@ def compiled(
     skips = InductorSkips()
     one_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compiled-target")
 
-    def run_eager(inputs: Inputs) -> Any:
+    def run_eager(inputs: Inputs) -> object:
         with _on(device):
             return sides.run(eager_step, sides.eager_model, inputs)
 
-    def stepped(*args: Any, **kwargs: Any) -> Any:
+    def stepped(*args: object, **kwargs: object) -> object:
         # Each call of the step a step of its own, as a decode loop's calls are: cudagraph trees
         # then replay one graph per shape, whose outputs the next step may overwrite.
         if device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()
         return graphed_step(*args, **kwargs)
 
-    def run_graphed(inputs: Inputs) -> Any:
+    def run_graphed(inputs: Inputs) -> object:
         with _on(device), _rerecord_limit(rerecord_limit):
             return sides.run(stepped, sides.graphed_model, inputs)
 
-    def eager(inputs: Inputs) -> Any:
+    def eager(inputs: Inputs) -> object:
         return one_thread.submit(run_eager, inputs).result()
 
-    def graphed(inputs: Inputs) -> Any:
+    def graphed(inputs: Inputs) -> object:
         return one_thread.submit(run_graphed, inputs).result()
 
     # Cudagraph trees keep every graph they record: capacity is every key.
-    own = dict(
-        graph_skips=skips.reasons,
-        capacity=len(keys),
+    own: TargetOptions = dict(
         output_lifetime=NEXT_CALL,
-        side_state=sides.side_state,
+        cache=Cache(capacity=len(keys)),
+        fallbacks=Fallbacks(graph_skips=skips.reasons),
     )
-    return _target(device, eager, graphed, cases, key_of, own, given)
+    if sides.side_state is not None:
+        own["state"] = State(sides=sides.side_state)
+    return _target("compiled", device, eager, graphed, keys, draw, key_of, own, fields)
 
 
 def graphed_callables(
-    fn: Callable[..., Any],
+    fn: Callable[..., object],
     *,
     device: torch.device,
     keys: Sequence[Hashable],
     draw: Draw,
-    model: Any = None,
+    model: object = None,
     call: Call | None = None,
     share_state: bool = False,
     num_warmup_iters: int = 3,
     key_of: Callable[[Inputs], Hashable] | None = None,
-    largest_key: Hashable | None = None,
-    **given: Any,
+    **fields: Unpack[TargetOptions],
 ) -> CudaGraphTarget:
     """A target for ``torch.cuda.make_graphed_callables`` around ``fn`` (a module or a function,
     of ``model`` when given), one graph per shape of the step's arguments, built on the first
@@ -239,16 +215,18 @@ def graphed_callables(
     """
     import torch
 
-    cases = _cases(keys, draw, key_of or input_argument_shapes, largest_key, given)
+    keys = checked_keys(keys)
+    _check_callable("draw", draw)
+    _check_callable("key_of", key_of or input_argument_shapes)
     _check_count("num_warmup_iters", num_warmup_iters)
     sides = _sides(fn, model, call, share_state, _default_positional_call)
-    graphs: dict[Hashable, Callable[..., Any]] = {}
+    graphs: dict[Hashable, Callable[..., object]] = {}
     lock = threading.Lock()
 
-    def eager_step(*args: Any) -> Any:
+    def eager_step(*args: object) -> object:
         return sides.eager_code(*args)
 
-    def graphed_step(*args: Any) -> Any:
+    def graphed_step(*args: object) -> object:
         key = argument_shapes(args)
         if key not in graphs:
             # A plain function, not the module: given a module, make_graphed_callables replaces
@@ -256,15 +234,17 @@ def graphed_callables(
             # static inputs, which every later call of that shape copies its arguments into.
             sample = tuple(arg.clone() if isinstance(arg, torch.Tensor) else arg for arg in args)
             graphs[key] = torch.cuda.make_graphed_callables(
-                lambda *args: sides.graphed_code(*args), sample, num_warmup_iters=num_warmup_iters
+                lambda *args: sides.graphed_code(*args),
+                cast("tuple[torch.Tensor, ...]", sample),  # its own check names a non-tensor
+                num_warmup_iters=num_warmup_iters,
             )
         return graphs[key](*args)
 
-    def eager(inputs: Inputs) -> Any:
+    def eager(inputs: Inputs) -> object:
         with torch.no_grad(), _on(device):
             return sides.run(eager_step, sides.eager_model, inputs)
 
-    def graphed(inputs: Inputs) -> Any:
+    def graphed(inputs: Inputs) -> object:
         with lock, torch.no_grad(), _on(device):
             return sides.run(graphed_step, sides.graphed_model, inputs)
 
@@ -275,21 +255,20 @@ def graphed_callables(
                 torch.cuda.synchronize(device)
                 torch.cuda.empty_cache()
 
-    # One graph per key, kept until reset.
-    own: dict[str, Any] = dict(
-        reset=reset,
-        lock=lock,
-        capacity=len(keys),
+    # One graph per key, kept until reset; its keys are the target's when the adapter keys it.
+    own_keys = (lambda: list(graphs)) if call is None and key_of is None else None
+    own: TargetOptions = dict(
         output_lifetime=NEXT_CALL_OF_KEY,
-        side_state=sides.side_state,
+        cache=Cache(reset=reset, lock=lock, capacity=len(keys), cached_keys=own_keys),
     )
-    if call is None and key_of is None:  # the graphs' own keys are the target's keys
-        own["cached_keys"] = lambda: list(graphs)
+    if sides.side_state is not None:
+        own["state"] = State(sides=sides.side_state)
     side = graphed if device.type == "cuda" else None
-    return _target(device, eager, side, cases, key_of or input_argument_shapes, own, given)
+    key = key_of or input_argument_shapes
+    return _target("graphed_callables", device, eager, side, keys, draw, key, own, fields)
 
 
-def argument_shapes(args: Sequence[Any]) -> tuple[tuple[tuple[int, ...], str], ...]:
+def argument_shapes(args: Sequence[object]) -> tuple[tuple[tuple[int, ...], str], ...]:
     """Each tensor argument's shape and dtype: the key of a make_graphed_callables graph."""
     import torch
 
@@ -343,75 +322,61 @@ class _Collect(logging.Handler):
 # What the adapters share
 
 
-@dataclass(frozen=True)
-class _Cases:
-    make_inputs: Callable[[torch.Generator, int], Inputs]
-    num_keys: int
-    largest_case: int | None
-
-
-def _cases(
+def _target(
+    adapter: str,
+    device: torch.device,
+    eager: Callable[[Inputs], object],
+    graphed: Callable[[Inputs], object] | None,
     keys: Sequence[Hashable],
     draw: Draw,
     key_of: Callable[[Inputs], Hashable],
-    largest_key: Hashable | None,
-    given: Mapping[str, Any],
-) -> _Cases:
-    """The adapter's common keywords checked, before any work: the cases they give."""
-    make_inputs, num_keys = keyed_cases(keys, draw)
-    _check_callable("key_of", key_of)
-    known = {field.name for field in fields(CudaGraphTarget)} - set(ADAPTER_FIELDS)
-    unknown = sorted(set(given) - known)
+    own: TargetOptions,
+    given: Mapping[str, object],
+) -> CudaGraphTarget:
+    """The target: the adapter's own fields (``own``) under the user's (``given``), each
+    capability merged field by field; an unknown name is a TypeError listing the known ones,
+    and 0.3.0's flat fields are translated (with a DeprecationWarning)."""
+    known = set(TargetOptions.__annotations__)
+    unknown = sorted(set(given) - known - OLD_ADAPTER_FIELDS.keys())
     if unknown:
         raise TypeError(
-            f"unknown target field(s) {', '.join(unknown)}; the fields an adapter takes by name "
-            f"are {', '.join(sorted(known))}"
+            f"{adapter}() got unknown field(s) {', '.join(unknown)}; it takes by name "
+            f"{', '.join(sorted(known))}"
         )
-    if largest_key is None:  # with one key, that key's graph is the largest
-        return _Cases(make_inputs, num_keys, 0 if num_keys == 1 else None)
-    if largest_key not in keys:
-        raise ValueError(f"largest_key {largest_key!r} is not one of the keys")
-    return _Cases(make_inputs, num_keys, list(keys).index(largest_key))
-
-
-def _target(
-    device: torch.device,
-    eager: Callable[[Inputs], Any],
-    graphed: Callable[[Inputs], Any] | None,
-    cases: _Cases,
-    key_of: Callable[[Inputs], Hashable],
-    own: Mapping[str, Any],
-    given: Mapping[str, Any],
-) -> CudaGraphTarget:
-    """The target: the adapter's fields (``own``) overridden by the user's (``given``)."""
+    classes = {kind.SLOT: kind for kind in CAPABILITIES}
+    if OLD_ADAPTER_FIELDS.keys() & given.keys():
+        given = legacy.upgraded(adapter, given, classes, OLD_ADAPTER_FIELDS)
+    fields = TargetOptions(**own)
+    for name, value in given.items():
+        mine = fields.get(name)
+        if isinstance(mine, Capability) and isinstance(value, type(mine)):
+            value = dataclasses.replace(  # type: ignore[type-var]
+                mine, **{f: getattr(value, f) for f in value.given()}
+            )
+        fields[name] = value  # type: ignore[literal-required]
     return CudaGraphTarget(
-        device=device,
-        eager=eager,
-        graphed=graphed,
-        make_inputs=cases.make_inputs,
-        key_of=key_of,
-        num_keys=cases.num_keys,
-        largest_case=cases.largest_case,
-        **{**own, **given},
+        device=device, eager=eager, graphed=graphed, keys=keys, draw=draw, key_of=key_of, **fields
     )
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Sides:
     """What the adapters that graph ``fn`` run each side on: its code and its model (None
     when fn takes none), one call through a step (the user's ``call`` or the adapter's own),
     and the modules the module-state check compares (None when the sides share them or hold
     none)."""
 
-    graphed_code: Any
-    eager_code: Any
-    graphed_model: Any
-    eager_model: Any
+    graphed_code: Callable[..., object]
+    eager_code: Callable[..., object]
+    graphed_model: object
+    eager_model: object
     run: Call
-    side_state: Callable[[], tuple[Any, Any]] | None
+    side_state: Callable[[], tuple[object, object]] | None
 
 
-def _sides(code: Any, model: Any, call: Call | None, share_state: bool, default: Call) -> _Sides:
+def _sides(
+    code: Callable[..., object], model: object, call: Call | None, share_state: bool, default: Call
+) -> _Sides:
     """Each side's code and model, checked before any is copied or built: each side's state of
     its own unless they share it. ``call`` None runs a call through ``default``."""
     _check_callable("fn", code)
@@ -424,7 +389,9 @@ def _sides(code: Any, model: Any, call: Call | None, share_state: bool, default:
     return _Sides(graphed_code, eager_code, graphed_model, eager_model, call or default, side_state)
 
 
-def _separated(code: Any, model: Any, share_state: bool) -> tuple[Any, Any, Any, Any]:
+def _separated(
+    code: Callable[..., object], model: object, share_state: bool
+) -> tuple[Callable[..., object], Callable[..., object], object, object]:
     """(graphed code, eager code, graphed model, eager model). A module ``code`` without
     ``model`` holds the state itself and is copied; with ``model``, the model is copied (a
     module) or built once per side (a zero-arg builder); a plain function without ``model`` has
@@ -447,8 +414,8 @@ def _separated(code: Any, model: Any, share_state: bool) -> tuple[Any, Any, Any,
 
 
 def _side_state(
-    eager_code: Any, graphed_code: Any, eager_model: Any, graphed_model: Any
-) -> Callable[[], tuple[Any, Any]] | None:
+    eager_code: object, graphed_code: object, eager_model: object, graphed_model: object
+) -> Callable[[], tuple[object, object]] | None:
     """The modules each side runs on, for the module-state check: the models, or the code when
     it is a module itself; None when they hold none."""
     import torch
@@ -461,7 +428,7 @@ def _side_state(
 
 
 def _compile_options(
-    mode: str | None, options: Mapping[str, Any] | None
+    mode: str | None, options: Mapping[str, object] | None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """torch.compile's keywords with CUDA graphs and for the eager twin, without them."""
     if options is not None:
@@ -484,7 +451,7 @@ def _compile_options(
     return {"mode": mode}, {"mode": TWIN_MODES[mode]}
 
 
-def _uncompiled(fn: Any) -> Any:
+def _uncompiled(fn: Callable[..., object]) -> Callable[..., object]:
     """What a torch.compile line compiled (``fn`` itself when it is not such a result): the
     module of an OptimizedModule, the function of a compiled function."""
     for name in ("_orig_mod", "_torchdynamo_orig_callable"):
@@ -494,11 +461,11 @@ def _uncompiled(fn: Any) -> Any:
     return fn
 
 
-def _default_call(step: Callable[..., Any], model: Any, inputs: Inputs) -> Any:
+def _default_call(step: Callable[..., object], model: object, inputs: Inputs) -> object:
     return step(**inputs) if model is None else step(model, **inputs)
 
 
-def _default_positional_call(step: Callable[..., Any], model: Any, inputs: Inputs) -> Any:
+def _default_positional_call(step: Callable[..., object], model: object, inputs: Inputs) -> object:
     return step(*inputs.values()) if model is None else step(model, *inputs.values())
 
 
@@ -526,7 +493,7 @@ def _check_count(name: str, value: object) -> None:
         raise ValueError(f"{name} must be >= 0, got {value!r}")
 
 
-def _on(device: torch.device) -> Any:
+def _on(device: torch.device) -> contextlib.AbstractContextManager[object]:
     """The device as current while a call runs, and the thread's stream on it as it was after
     it (a capture that fails inside torch.cuda.graph leaves its stream current); a no-op on the
     CPU."""
@@ -540,7 +507,7 @@ def _on(device: torch.device) -> Any:
     return stack
 
 
-def _rerecord_limit(limit: int) -> Any:
+def _rerecord_limit(limit: int) -> contextlib.AbstractContextManager[object]:
     import torch._inductor.config as inductor_config
 
     if not hasattr(inductor_config.triton, "cudagraph_unexpected_rerecord_limit"):

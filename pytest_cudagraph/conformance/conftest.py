@@ -13,9 +13,9 @@ import torch
 
 from pytest_cudagraph import results
 from pytest_cudagraph.conformance import suite
+from pytest_cudagraph.conformance.judging import lock_was_held
 from pytest_cudagraph.conformance.progress import CheckProgress, check_progress
-from pytest_cudagraph.conformance.support import forget_last_failure, lock_was_held
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.protocol import CudaGraphTarget
 from pytest_cudagraph.engines.captures import CaptureCounter
 
 SUITE = Path(__file__).parent
@@ -36,16 +36,17 @@ def target(conformance_target: CudaGraphTarget) -> Iterator[CudaGraphTarget]:
     must be free before and after: a check that finds it held frees it, so that one broken
     check does not hang the rest. After the check, what a failure keeps alive is let go and
     the device's work finished: a failed check leaves nothing for a later one to measure."""
+    reset = conformance_target.cache.reset if conformance_target.cache is not None else None
     require_lock_free(conformance_target, "before this check")
-    if conformance_target.reset is not None:
-        conformance_target.reset()
+    if reset is not None:
+        reset()
     yield conformance_target
-    forget_last_failure()
+    suite.forget_last_failure()
     if conformance_target.device.type == "cuda":
         torch.cuda.synchronize(conformance_target.device)
     held = lock_was_held(conformance_target)  # released if it was, so the reset can run
-    if conformance_target.reset is not None:
-        conformance_target.reset()
+    if reset is not None:
+        reset()
     if held:
         fail_held_lock("after this check")
 

@@ -1,19 +1,21 @@
 """The conformance suite's pytest plugin (entry point ``pytest_cudagraph_conformance``): the
-session's target, chosen once, the ``conformance_target`` fixture, and the conformance table.
+session's target, its factory loaded once, the ``conformance_target`` fixture, and the
+conformance table.
 
 The table has one row per check with its verdict, the seconds its body took and the figure
-behind it, as text (cases, max |diff|, MiB) and as named numbers (``values``), or why it
-skipped or failed. Rows are built from test reports, so under xdist they are built in the
-controller from what the workers sent: the suite's conftest labels each check (a ``check``
-record) and a check records its figure with ``record_figure`` (a ``conformance`` record); both
-travel in the report's ``user_properties``. A check run twice in a session keeps the verdict
-pytest would give it: once failed, failed. Like the core plugin, this one runs in every session
-and imports torch only when the suite's target is built.
+behind it, as text and as named numbers (``values``), or why it skipped or failed. Rows are
+built from test reports, so under xdist they are built in the controller from what the workers
+sent: the suite's conftest labels each check (a ``check`` record) and a check records its figure
+with ``record_figure`` (a ``conformance`` record); both travel in ``user_properties``. A check
+run twice keeps the verdict pytest would give it: once failed, failed. This plugin runs in every
+session and imports torch only when the suite's target is built.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+import traceback
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,16 +24,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pytest
 
 from pytest_cudagraph import results, settings
-from pytest_cudagraph.conformance import target
+from pytest_cudagraph.conformance import loading
+from pytest_cudagraph.conformance.catalog import CHECKS_FOLDER
 
 if TYPE_CHECKING:
-    from pytest_cudagraph.conformance.target import CudaGraphTarget
+    from pytest_cudagraph.conformance.protocol import CudaGraphTarget
 
 CHECK = "check"  # the record kind of a check's name, on each of its reports
 FIGURE = "conformance"  # the record kind of a check's figure
 TABLE = "conformance"  # the table's section name (its key in the JSON)
 FAILED = ("FAILED", "ERROR")
 TARGET_SPEC = pytest.StashKey[str | None]()
+# The factory of the spec the session chose, loaded when the session was configured.
+FACTORY = pytest.StashKey[loading.Factory]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,8 +45,10 @@ def pytest_configure(config: pytest.Config) -> None:
     spec = settings.snapshot(config).value(settings.TARGET)
     if spec is not None:  # loaded now, so that a bad one is a usage error before the run
         try:
-            target.load_factory(spec, search_paths=(config.rootpath, config.invocation_params.dir))
-        except target.TargetError as error:
+            config.stash[FACTORY] = loading.load_factory(
+                spec, search_paths=(config.rootpath, config.invocation_params.dir)
+            )
+        except loading.TargetError as error:
             raise pytest.UsageError(str(error)) from None
     config.stash[TARGET_SPEC] = spec
     table = ConformanceTable(spec)
@@ -58,8 +65,57 @@ def chosen_target_spec(config: pytest.Config) -> str | None:
 @pytest.fixture(scope="session")
 def conformance_target(request: pytest.FixtureRequest) -> CudaGraphTarget:
     """The conformance suite's target (``--cudagraph-target``), built once per session on
-    ``cuda_device``, or on the CPU without CUDA (for the checks that need no GPU)."""
-    return target.session_target(request, chosen_target_spec(request.config))
+    ``cuda_device``, or on the CPU without CUDA (for the checks that need no GPU).
+
+    A target that cannot be built (none chosen, a factory that raises, a malformed target)
+    errors the test that asked for it with one line naming the spec and the problem; with
+    ``--tb=long``, ``--tb=native`` or ``--full-trace`` the factory's traceback follows it. In
+    a session that runs the suite's checks the run stops there (under xdist, each worker's
+    run), rather than failing every check with the same message; anywhere else only the tests
+    that use the target error, and the rest of the session runs."""
+    import torch
+
+    config = request.config
+    if torch.cuda.is_available():
+        device = request.getfixturevalue("cuda_device")
+    else:
+        device = torch.device("cpu")
+    try:
+        return loading.build_target(
+            chosen_target_spec(config), device, config.stash.get(FACTORY, None)
+        )
+    except loading.TargetError as error:
+        problem = str(error)
+        cause = error.__cause__
+    if cause is not None and _wants_traceback(config):
+        problem += "\n" + _factory_traceback(cause, full=bool(config.getoption("fulltrace")))
+    if any(item.path.parent == CHECKS_FOLDER for item in request.session.items):
+        request.session.shouldfail = problem.splitlines()[0]
+    pytest.fail(problem, pytrace=False)
+
+
+def _wants_traceback(config: pytest.Config) -> bool:
+    """Whether the user asked for whole tracebacks (--tb=long, --tb=native, --full-trace)."""
+    return bool(config.getoption("fulltrace") or config.getoption("tbstyle") in ("long", "native"))
+
+
+def _factory_traceback(error: BaseException, *, full: bool) -> str:
+    """``error``'s traceback from the factory's own frame on (``full``: from build_target's)."""
+    frames = error.__traceback__
+    if not full and frames is not None and frames.tb_next is not None:
+        frames = frames.tb_next
+    return "".join(traceback.format_exception(type(error), error, frames)).rstrip("\n")
+
+
+def forget_last_failure() -> None:
+    """Drop what pytest keeps of the last failure for post-mortem debugging (``sys.last_exc``,
+    ``sys.last_value``, ``sys.last_traceback``, ``sys.last_type``). Its frames hold what the
+    failed check built (a sampler's graphs and their memory) until the next test's body
+    starts, which is after a memory check's baseline: a failure would be charged to the next
+    check."""
+    for name in ("last_exc", "last_value", "last_traceback", "last_type"):
+        if hasattr(sys, name):
+            delattr(sys, name)
 
 
 class FigureRecorder(Protocol):
@@ -127,7 +183,7 @@ class ConformanceTable:
 
     def target_name(self) -> str:
         """The target's name or spec, as the table and the JSON results show it."""
-        return target.describe_spec(self.target_spec)
+        return loading.describe_spec(self.target_spec)
 
     def data(self, records: object = None) -> dict[str, object] | None:
         """The table as plain data (None when no check ran in this session)."""

@@ -12,8 +12,7 @@ from collections.abc import Mapping
 
 import torch
 
-from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import (
+from pytest_cudagraph.conformance.judging import (
     differences,
     draw,
     eager_call,
@@ -23,7 +22,8 @@ from pytest_cudagraph.conformance.support import (
     real,
     synchronize,
 )
-from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
+from pytest_cudagraph.conformance.protocol import CudaGraphTarget, Inputs
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.engines.parity import compare_outputs
 
 DRAWS = 4  # draws of one case; each input tensor must take at least two values among them

@@ -4,15 +4,15 @@ baked the encoder memory) keeps answering for the old value."""
 
 from __future__ import annotations
 
-from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import (
+from pytest_cudagraph.conformance.judging import (
     differences,
     draw,
     eager_call,
     graphed_call,
     input_tensor_names,
 )
-from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
+from pytest_cudagraph.conformance.protocol import CudaGraphTarget, Inputs
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.engines.parity import compare_outputs
 from pytest_cudagraph.skips import needs_cuda
 

@@ -9,30 +9,50 @@
 
 from __future__ import annotations
 
-from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import (
+import torch
+
+from pytest_cudagraph.conformance.judging import (
     case_in_key,
     differences,
     draw,
     eager_call,
-    graph_pool_of,
     graphed_path,
     synchronize,
     tensors_in,
     tolerated,
 )
-from pytest_cudagraph.conformance.target import (
+from pytest_cudagraph.conformance.protocol import (
     EXACT,
     NEXT_CALL_OF_KEY,
     OWNED,
     CudaGraphTarget,
 )
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.engines import rng
 from pytest_cudagraph.skips import needs_cuda
 
 CASE = 1
 LATER_CALLS = 4
 SEED = 0
+
+
+DEFAULT_POOL = (0, 0)  # the caching allocator's own pool; graphs get private ones
+
+
+def graph_pool_of(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """The private (graph) memory pool holding ``tensor``'s storage; None when the storage
+    lies in the allocator's default pool, outside the allocator or off CUDA."""
+    if tensor.device.type != "cuda":
+        return None
+    address = tensor.untyped_storage().data_ptr()
+    for segment in torch.cuda.memory_snapshot():
+        if segment.get("device") != tensor.device.index:
+            continue
+        start = segment["address"]
+        if start <= address < start + segment["total_size"]:
+            pool = tuple(segment["segment_pool_id"])
+            return None if pool == DEFAULT_POOL else pool
+    return None
 
 
 @needs_cuda

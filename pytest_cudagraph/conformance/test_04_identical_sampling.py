@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from pytest_cudagraph.conformance.catalog import needed
+from pytest_cudagraph.conformance.protocol import CudaGraphTarget, Sampling
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import needed
-from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.parity import compare_outputs
 from pytest_cudagraph.skips import needs_cuda
 
@@ -16,7 +16,7 @@ SEEDS = (0, 1)
 
 @needs_cuda
 def test_identical_sampling(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    sampler = needed(target.sampler, "sampler")
+    sampler = needed(target, Sampling).sample
     off = {seed: sampler(seed, False) for seed in SEEDS}
     on = {seed: sampler(seed, True) for seed in SEEDS}
     record_figure(

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
+from pytest_cudagraph.conformance.catalog import needed
+from pytest_cudagraph.conformance.protocol import CaptureClean, CudaGraphTarget
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import needed
-from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.skips import needs_cuda
 
 
@@ -17,7 +17,7 @@ from pytest_cudagraph.skips import needs_cuda
 def forward(target: CudaGraphTarget) -> Callable[[], object]:
     """The target's forward, run once outside the check so that first-use setup (drawing its
     inputs, library handles) is not judged."""
-    forward = needed(target.capture_clean_forward, "capture_clean_forward")
+    forward = needed(target, CaptureClean).forward
     forward()
     return forward
 

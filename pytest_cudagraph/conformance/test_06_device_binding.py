@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pytest_cudagraph.conformance.processes import binding_probe, run_in_fresh_process
 from pytest_cudagraph.conformance.suite import FigureRecorder, chosen_target_spec
-from pytest_cudagraph.conformance.support import binding_probe, run_in_fresh_process
 from pytest_cudagraph.engines.units import MiB
 from pytest_cudagraph.skips import needs_cuda
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import re
 
+from pytest_cudagraph.conformance.catalog import needed
+from pytest_cudagraph.conformance.protocol import CudaGraphTarget, Guards
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import needed
-from pytest_cudagraph.conformance.target import CudaGraphTarget
 
 
 def test_guards(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    modes = needed(target.unsupported_modes, "unsupported_modes")
-    refusals = target.refusal_errors
+    guards = needed(target, Guards)
+    modes, refusals = guards.modes, guards.refusal_errors
     problems = []
     for name, (call, pattern) in modes.items():
         try:

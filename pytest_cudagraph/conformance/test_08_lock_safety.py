@@ -17,8 +17,8 @@ from contextlib import AbstractContextManager, contextmanager
 
 import pytest
 
-from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import (
+from pytest_cudagraph.conformance.catalog import given
+from pytest_cudagraph.conformance.judging import (
     case_in_key,
     differences,
     draw,
@@ -27,7 +27,8 @@ from pytest_cudagraph.conformance.support import (
     lock_was_held,
     stream_kept,
 )
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.engines import graph_faults
 from pytest_cudagraph.engines.faults import FaultInjector
 from pytest_cudagraph.engines.graph_faults import GraphFaults
@@ -59,18 +60,21 @@ def test_lock_safety(
     torch_graph_faults: GraphFaults,
     record_figure: FigureRecorder,
 ) -> None:
-    own = target.fault_points is not None
+    fault_points = given(target, Cache, "fault_points")
+    reset = given(target, Cache, "reset")
+    cached_keys = given(target, Cache, "cached_keys")
+    own = fault_points is not None
     stages = (
-        declared_stages(target.fault_points, fault_injector)
-        if target.fault_points is not None
+        declared_stages(fault_points, fault_injector)
+        if fault_points is not None
         else torch_stages(torch_graph_faults)
     )
     key_count = min(KEYS, target.num_keys)
     problems: list[str] = []
     unreached: list[str] = []
     for index, (stage, arm) in enumerate(stages.items()):
-        if target.reset is not None:
-            target.reset()
+        if reset is not None:
+            reset()
         cases = [
             case_in_key(target, (index + j) % key_count, r)
             for r in range(ROUNDS)
@@ -79,7 +83,7 @@ def test_lock_safety(
         if stage not in BUILD_STAGES:
             with stream_kept(target.device):
                 graphed_call(target, draw(target, cases[0], seed=0), SEED)
-        cached_before = set(target.cached_keys()) if target.cached_keys else set()
+        cached_before = set(cached_keys()) if cached_keys is not None else set()
         with arm(InjectedFault(f"fault at {stage}")) as fired:
             for case in cases:
                 returned, error = faulted_call(target, case)
@@ -105,8 +109,8 @@ def test_lock_safety(
     checked = ", ".join(
         what
         for what, given in (
-            ("lock", target.lock),
-            ("entries", target.cached_keys),
+            ("lock", given(target, Cache, "lock")),
+            ("entries", cached_keys),
             ("next call", True),
         )
         if given is not None
@@ -135,8 +139,9 @@ def after_fault(
     problems = []
     if lock_was_held(target):
         problems.append("the lock was still held after the fault (released to go on)")
-    if target.cached_keys is not None:
-        left = set(target.cached_keys()) - cached_before
+    cached_keys = given(target, Cache, "cached_keys")
+    if cached_keys is not None:
+        left = set(cached_keys()) - cached_before
         if left:
             problems.append(f"the failed call left keys {sorted(map(repr, left))} cached")
     inputs = draw(target, case, seed=1)

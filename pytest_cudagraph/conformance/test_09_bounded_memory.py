@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_cudagraph.conformance.progress import CheckProgress
-from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import (
+from pytest_cudagraph.conformance.catalog import given, needed
+from pytest_cudagraph.conformance.judging import (
     case_in_key,
     draw,
     graphed_path,
-    needed,
-    skip_without,
 )
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.progress import CheckProgress
+from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.engines.memory import DeviceMemoryProbe
 from pytest_cudagraph.engines.units import MiB
@@ -57,10 +56,10 @@ def test_bounded_memory(
     record_figure: FigureRecorder,
     progress: CheckProgress,
 ) -> None:
-    skip_without(target, "capacity", "largest_case", "reset")  # one skip naming all it lacks
-    capacity = needed(target.capacity, "capacity")
-    reset = needed(target.reset, "reset")
-    largest_inputs = draw(target, needed(target.largest_case, "largest_case"), seed=0)
+    cache = needed(target, Cache, "reset", "capacity", "largest_key")
+    capacity, reset = cache.capacity, cache.reset
+    assert capacity is not None and reset is not None
+    largest_inputs = draw(target, list(target.keys).index(cache.largest_key), seed=0)
     cold = device_memory.sample().process_bytes
     graphed_path(target)(largest_inputs)
     reset()
@@ -134,7 +133,7 @@ def test_memory_over_a_long_run(
                 peak, device_memory.sample_within(start + SLACK_MIB * MiB).process_bytes - start
             )
     per_round = len(capture_counter.captures) / JUDGED_ROUNDS
-    capacity = target.capacity
+    capacity = given(target, Cache, "capacity")
     figure = (
         f"{JUDGED_ROUNDS} rounds over {key_count} keys after {WARM_ROUNDS} warm-up rounds "
         f"(+{(start - cold) / MiB:.0f} MiB, not judged): peak {peak / MiB:+.0f} MiB of "

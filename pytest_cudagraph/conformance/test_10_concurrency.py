@@ -19,8 +19,7 @@ import time
 
 import pytest
 
-from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import (
+from pytest_cudagraph.conformance.judging import (
     differences,
     draw,
     draws_random_numbers,
@@ -29,13 +28,14 @@ from pytest_cudagraph.conformance.support import (
     graphed_path,
     kept,
 )
-from pytest_cudagraph.conformance.target import (
+from pytest_cudagraph.conformance.protocol import (
     CONCURRENT,
     NEXT_CALL,
     NEXT_CALL_OF_KEY,
     SINGLE,
     CudaGraphTarget,
 )
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.skips import needs_cuda
 
 THREADS = 8

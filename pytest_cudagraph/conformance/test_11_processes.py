@@ -7,15 +7,16 @@ import multiprocessing
 
 import pytest
 
+from pytest_cudagraph.conformance.catalog import needed
+from pytest_cudagraph.conformance.judging import tolerated
+from pytest_cudagraph.conformance.protocol import EXACT, CudaGraphTarget, Workers
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import needed, tolerated
-from pytest_cudagraph.conformance.target import EXACT, CudaGraphTarget
 from pytest_cudagraph.skips import needs_cuda
 
 
 @needs_cuda
 def test_worker_processes(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    run_workers = needed(target.run_workers, "run_workers")
+    run_workers = needed(target, Workers).run
     results, expected = run_workers(2, False)
     problems = tolerated(list(expected), list(results), EXACT)
     record_figure(f"2 workers on one GPU, graphs off: {len(results)} jobs")
@@ -23,7 +24,7 @@ def test_worker_processes(target: CudaGraphTarget, record_figure: FigureRecorder
 
 
 def test_worker_refusal(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    run_workers = needed(target.run_workers, "run_workers")
+    run_workers = needed(target, Workers).run
     children = set(multiprocessing.active_children())
     with pytest.raises(ValueError) as refused:
         run_workers(2, True)

@@ -7,9 +7,10 @@ made counts, not only those of this check's rounds."""
 
 from __future__ import annotations
 
+from pytest_cudagraph.conformance.catalog import needed
+from pytest_cudagraph.conformance.judging import calls_over_keys, draw, graphed_path
+from pytest_cudagraph.conformance.protocol import CudaGraphTarget, Fallbacks
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import calls_over_keys, draw, graphed_path, needed
-from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.skips import needs_cuda
 
 MAX_KEYS = 8
@@ -18,7 +19,8 @@ ROUNDS = 3  # the first records each key's graph, the later ones must only repla
 
 @needs_cuda
 def test_graphs_not_skipped(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    graph_skips = needed(target.graph_skips, "graph_skips")
+    graph_skips = needed(target, Fallbacks, "graph_skips").graph_skips
+    assert graph_skips is not None
     key_count = min(MAX_KEYS, target.num_keys)
     for _, case in calls_over_keys(target, key_count, range(ROUNDS)):
         graphed_path(target)(draw(target, case, seed=case))

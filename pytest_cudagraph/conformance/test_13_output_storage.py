@@ -10,9 +10,15 @@ is."""
 
 from __future__ import annotations
 
+from pytest_cudagraph.conformance.catalog import given
+from pytest_cudagraph.conformance.judging import calls_over_keys, draw, graphed_path, keys_held
+from pytest_cudagraph.conformance.protocol import (
+    NEXT_CALL,
+    NEXT_CALL_OF_KEY,
+    Cache,
+    CudaGraphTarget,
+)
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import calls_over_keys, draw, graphed_path, keys_held
-from pytest_cudagraph.conformance.target import NEXT_CALL, NEXT_CALL_OF_KEY, CudaGraphTarget
 from pytest_cudagraph.engines.parity import storage_overlaps
 from pytest_cudagraph.skips import needs_cuda
 
@@ -22,7 +28,7 @@ ROUNDS = 3  # the first captures each key, the later ones replay it
 
 @needs_cuda
 def test_output_storage(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    key_count = keys_held(target, MAX_KEYS)
+    key_count = keys_held(target, MAX_KEYS, given(target, Cache, "capacity"))
     # Every input and output stays alive to the end: memory freed by one call and handed to
     # the next would look shared when it is not.
     kept: dict[str, tuple[object, object]] = {}  # description -> (key, value)

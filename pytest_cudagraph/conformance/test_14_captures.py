@@ -14,9 +14,10 @@ from collections.abc import Callable
 
 import torch
 
+from pytest_cudagraph.conformance.catalog import needed
+from pytest_cudagraph.conformance.judging import calls_over_keys, draw, graphed_path
+from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget, Inputs
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import calls_over_keys, draw, graphed_path, needed
-from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
 from pytest_cudagraph.engines.captures import CaptureCounter, replays_to_repay
 from pytest_cudagraph.skips import needs_cuda
 
@@ -27,7 +28,9 @@ TIMED_CALLS = 5
 
 @needs_cuda
 def test_captures(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    key_count = min(MAX_KEYS, target.num_keys, needed(target.capacity, "capacity"))
+    capacity = needed(target, Cache, "capacity").capacity
+    assert capacity is not None
+    key_count = min(MAX_KEYS, target.num_keys, capacity)
     with CaptureCounter() as counter:
         for _, case in calls_over_keys(target, key_count, range(ROUNDS)):
             inputs = draw(target, case, seed=case)
@@ -52,8 +55,7 @@ def test_captures(target: CudaGraphTarget, record_figure: FigureRecorder) -> Non
     recaptured = counter.recaptured_keys()
     assert not recaptured, (
         f"keys the cache held were captured again ({key_count} keys, capacity "
-        f"{target.capacity}): "
-        + ", ".join(f"{key!r} {count} times" for key, count in recaptured.items())
+        f"{capacity}): " + ", ".join(f"{key!r} {count} times" for key, count in recaptured.items())
     )
 
 

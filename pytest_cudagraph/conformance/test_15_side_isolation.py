@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import functools
 
-from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import (
+from pytest_cudagraph.conformance.judging import (
     case_in_key,
     differences,
     draw,
     eager_call,
     graphed_call,
 )
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.protocol import CudaGraphTarget
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.skips import needs_cuda
 
 KEYS = 4

@@ -10,15 +10,16 @@ no eager one (well under a second on the reference)."""
 
 from __future__ import annotations
 
-from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import (
+from pytest_cudagraph.conformance.catalog import given
+from pytest_cudagraph.conformance.judging import (
     calls_over_keys,
     draw,
     graphed_path,
     input_tensor_names,
     keys_held,
 )
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.engines.unchanged import Unchanged
 from pytest_cudagraph.skips import needs_cuda
 
@@ -29,7 +30,7 @@ ROUNDS = 3  # the first captures each key; the later ones copy new inputs into i
 @needs_cuda
 def test_inputs_unchanged(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     graphed = graphed_path(target)
-    key_count = keys_held(target, MAX_KEYS)
+    key_count = keys_held(target, MAX_KEYS, given(target, Cache, "capacity"))
     held = Unchanged()
     problems: list[str] = []
     for number, case in calls_over_keys(target, key_count, range(ROUNDS)):

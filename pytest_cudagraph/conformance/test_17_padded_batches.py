@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import torch
 
-from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import (
+from pytest_cudagraph.conformance.catalog import needed
+from pytest_cudagraph.conformance.judging import (
     differences,
     eager_call,
     graphed_call,
-    needed,
 )
-from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs, Padding
+from pytest_cudagraph.conformance.protocol import CudaGraphTarget, Inputs, Padding
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.engines.parity import compare_outputs
 from pytest_cudagraph.skips import needs_cuda
 
@@ -33,7 +33,7 @@ def padded(target: CudaGraphTarget, padding: Padding, rows: int) -> Inputs:
 
 @needs_cuda
 def test_padded_batches(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    padding = needed(target.padding, "padding")
+    padding = needed(target, Padding)
     problems: list[str] = []
     keys: set[object] = set()
     poisoned = 0

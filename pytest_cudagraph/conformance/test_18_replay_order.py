@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import (
+from pytest_cudagraph.conformance.catalog import given
+from pytest_cudagraph.conformance.judging import (
     case_in_key,
     differences,
     draw,
@@ -25,7 +25,8 @@ from pytest_cudagraph.conformance.support import (
     graphed_call,
     keys_held,
 )
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.engines.unchanged import Unchanged
 from pytest_cudagraph.engines.units import KiB, MiB
 from pytest_cudagraph.skips import needs_cuda
@@ -55,7 +56,7 @@ def lay_canaries(canaries: Unchanged, device: torch.device, where: str) -> None:
 
 @needs_cuda
 def test_replay_order(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    key_count = keys_held(target, MAX_KEYS)
+    key_count = keys_held(target, MAX_KEYS, given(target, Cache, "capacity"))
     if key_count < 2:
         pytest.skip(
             f"the target has {key_count} key{'s' if key_count != 1 else ''} it can hold at once: "

@@ -14,9 +14,10 @@ under a second on the reference."""
 
 from __future__ import annotations
 
+from pytest_cudagraph.conformance.catalog import given
+from pytest_cudagraph.conformance.judging import calls_over_keys, draw, graphed_path, keys_held
+from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget, Fallbacks
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import calls_over_keys, draw, graphed_path, keys_held
-from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.skips import needs_cuda
 
@@ -30,9 +31,10 @@ def test_graphs_used(
     target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
 ) -> None:
     graphed = graphed_path(target)
-    key_count = keys_held(target, MAX_KEYS)
+    key_count = keys_held(target, MAX_KEYS, given(target, Cache, "capacity"))
     for _, case in calls_over_keys(target, key_count, range(WARM_ROUNDS)):
         graphed(draw(target, case, seed=case))
+    runs_eagerly = given(target, Fallbacks, "runs_eagerly")
     bypassed: list[str] = []
     declared = 0
     with capture_counter:
@@ -41,7 +43,7 @@ def test_graphs_used(
             inputs = draw(target, case, seed=case)
             before = capture_counter.all_replays
             graphed(inputs)
-            if target.runs_eagerly is not None and target.runs_eagerly(inputs):
+            if runs_eagerly is not None and runs_eagerly(inputs):
                 declared += 1
             elif capture_counter.all_replays == before:
                 bypassed.append(
@@ -49,7 +51,7 @@ def test_graphs_used(
                     "graph: the graphed path ran without one"
                 )
     calls = JUDGED_ROUNDS * key_count
-    eager = f"; {declared} eager, as the target declares" if target.runs_eagerly else ""
+    eager = f"; {declared} eager, as the target declares" if runs_eagerly else ""
     record_figure(
         f"{calls} calls over {key_count} keys after {WARM_ROUNDS} warm-up rounds: "
         f"{capture_counter.all_replays} replays, {len(bypassed)} calls without a graph{eager}"

@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import functools
 
-from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import (
+from pytest_cudagraph.conformance.catalog import given, needed
+from pytest_cudagraph.conformance.judging import (
     case_in_key,
     draw,
     graphed_call,
     graphed_path,
     judged,
     keys_held,
-    needed,
-    skip_without,
 )
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget, State
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.skips import needs_cuda
 
 KEYS = 4
@@ -42,7 +41,7 @@ def judge(target: CudaGraphTarget, case: int, seed: int, when: str) -> list[str]
 
 @needs_cuda
 def test_state_isolation(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    skip_without(target, "reset_state")
+    needed(target, State, "reset")
     key_count = min(KEYS, target.num_keys)
     problems = []
     for key_index in range(key_count):
@@ -58,12 +57,13 @@ def test_state_isolation(target: CudaGraphTarget, record_figure: FigureRecorder)
 
 @needs_cuda
 def test_state_reset(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    reset_state = needed(target.reset_state, "reset_state")
-    key_count = keys_held(target, KEYS)
+    reset_state = needed(target, State, "reset").reset
+    assert reset_state is not None
+    key_count = keys_held(target, KEYS, given(target, Cache, "capacity"))
     keys = [case_in_key(target, key_index, 0) for key_index in range(key_count)]
     for case in keys:
         graphed_path(target)(draw(target, case, seed=case))
-    cached_keys = target.cached_keys
+    cached_keys = given(target, Cache, "cached_keys")
     cached = set(cached_keys()) if cached_keys is not None else None
     reset_state()
     problems = []

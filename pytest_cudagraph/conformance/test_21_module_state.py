@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import (
+from pytest_cudagraph.conformance.catalog import given, needed
+from pytest_cudagraph.conformance.judging import (
     case_in_key,
     draw,
     eager_call,
     graphed_call,
     keys_held,
-    needed,
 )
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget, State
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.engines.state import load_state, module_state, state_differences
 from pytest_cudagraph.skips import needs_cuda
@@ -39,14 +39,15 @@ CALLS_PER_KEY = 2  # the first builds the key's graph, the second replays it
 def test_module_state(
     target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
 ) -> None:
-    side_state = needed(target.side_state, "side_state")
-    eager_side, graphed_side = side_state()
+    sides = needed(target, State, "sides").sides
+    assert sides is not None
+    eager_side, graphed_side = sides()
     if eager_side is graphed_side:
         pytest.fail(
             "side_state() gives both sides the same modules: nothing to compare", pytrace=False
         )
     tolerance = target.tolerance_of(None)
-    key_count = keys_held(target, MAX_KEYS)
+    key_count = keys_held(target, MAX_KEYS, given(target, Cache, "capacity"))
     problems: list[str] = []
     built = 0
     with capture_counter:

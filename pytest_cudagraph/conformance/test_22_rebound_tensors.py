@@ -15,9 +15,10 @@ reference)."""
 
 from __future__ import annotations
 
+from pytest_cudagraph.conformance.catalog import given
+from pytest_cudagraph.conformance.judging import calls_over_keys, draw, graphed_path, keys_held
+from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import calls_over_keys, draw, graphed_path, keys_held
-from pytest_cudagraph.conformance.target import CudaGraphTarget
 from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.engines.reach import reachable_tensors, rebound, storages
 from pytest_cudagraph.skips import needs_cuda
@@ -31,7 +32,7 @@ def test_no_rebound_tensors(
     target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
 ) -> None:
     graphed = graphed_path(target)
-    key_count = keys_held(target, MAX_KEYS)
+    key_count = keys_held(target, MAX_KEYS, given(target, Cache, "capacity"))
 
     def look() -> dict[str, int]:
         reach = reachable_tensors(graphed, "graphed", device=target.device)

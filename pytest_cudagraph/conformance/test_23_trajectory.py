@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import functools
 
-from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.conformance.support import (
+from pytest_cudagraph.conformance.catalog import needed
+from pytest_cudagraph.conformance.judging import (
     differences,
     draw,
     eager_call,
     graphed_call,
-    needed,
 )
-from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
+from pytest_cudagraph.conformance.protocol import CudaGraphTarget, Inputs, Trajectory
+from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.engines import trees
 from pytest_cudagraph.engines.trajectory import first_divergence
 from pytest_cudagraph.skips import needs_cuda
@@ -34,7 +34,7 @@ SEED = 0  # of the first step's inputs; step t runs under seed t
 
 @needs_cuda
 def test_trajectory(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    trajectory = needed(target.trajectory, "trajectory")
+    trajectory = needed(target, Trajectory)
     keys: list[object] = []
 
     def graphed(step: int, inputs: Inputs) -> object:

@@ -11,7 +11,7 @@ torch is imported when used.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -111,12 +111,18 @@ class Mismatch:
         )
 
 
+# A tolerance for the whole output, or one per top-level part (a dict's key, a sequence's
+# index, a dataclass's attribute), parts not named exact.
+Tolerances = Tolerance | Mapping[Hashable, Tolerance]
+
+
 def compare_outputs(
     expected: object,
     actual: object,
     *,
     rtol: float = 0.0,
     atol: float = 0.0,
+    tolerance: Tolerances | None = None,
     path: str = "output",
     sides: tuple[str, str] = DEFAULT_SIDES,
 ) -> list[Mismatch]:
@@ -127,9 +133,13 @@ def compare_outputs(
     rtol * |expected|`` (exact when both tolerances are 0; NaN equal to NaN; an infinity only
     to itself), bools always exactly, integers in integer arithmetic. Number leaves follow the
     same rule; other leaves are compared with ``==``. A leaf that cannot be compared (see
-    ``trees.unsupported``) is a TypeError naming its path.
+    ``trees.unsupported``) is a TypeError naming its path. ``tolerance`` (a Tolerance, or one
+    per top-level part) stands for ``rtol`` and ``atol``: give one or the other.
     """
-    tolerance = checked_tolerance(rtol=rtol, atol=atol)
+    if tolerance is None:
+        tolerance = checked_tolerance(rtol=rtol, atol=atol)
+    elif rtol or atol:
+        raise TypeError("give rtol and atol, or tolerance, not both")
     return settle_comparison(
         pending_comparison(expected, actual, tolerance, path=path, sides=sides)
     )
@@ -138,7 +148,7 @@ def compare_outputs(
 def pending_comparison(
     expected: object,
     actual: object,
-    tolerance: Tolerance = EXACT,
+    tolerance: Tolerances = EXACT,
     *,
     path: str = "output",
     sides: tuple[str, str] = DEFAULT_SIDES,
@@ -146,13 +156,29 @@ def pending_comparison(
     """``compare_outputs`` under ``tolerance`` without waiting for the device: the differences
     found on the host, and for each pair of tensors their comparison queued on the device, taken
     from what the two hold now (``settle_comparison`` reads them, with one synchronization for
-    many)."""
-    if not isinstance(tolerance, Tolerance):
-        raise TypeError(f"tolerance must be a Tolerance, got {type(tolerance).__name__}")
+    many). A tolerance per part applies to the output's top-level parts, whichever side has
+    them; an output without parts compares exactly."""
+    parts = checked_parts(tolerance)
+    whole = EXACT if parts is not None else tolerance
+    assert isinstance(whole, Tolerance)
     found: list[Mismatch | PendingValues] = []
-    rtol, atol = float(tolerance.rtol), float(tolerance.atol)
-    _compare(expected, actual, rtol, atol, path, sides, found)
+    _compare(expected, actual, float(whole.rtol), float(whole.atol), path, sides, found, parts)
     return found
+
+
+def checked_parts(tolerance: object) -> dict[Hashable, Tolerance] | None:
+    """A tolerance per part as a dict (None for one Tolerance); TypeError for anything else."""
+    if isinstance(tolerance, Tolerance):
+        return None
+    if not isinstance(tolerance, Mapping):
+        raise TypeError(
+            f"tolerance must be a Tolerance or a mapping part -> Tolerance, got "
+            f"{type(tolerance).__name__}"
+        )
+    for part, value in tolerance.items():
+        if not isinstance(value, Tolerance):
+            raise TypeError(f"tolerance[{part!r}] must be a Tolerance, got {type(value).__name__}")
+    return dict(tolerance)
 
 
 def _compare(
@@ -163,7 +189,10 @@ def _compare(
     path: str,
     sides: tuple[str, str],
     found: list[Mismatch | PendingValues],
+    parts: Mapping[Hashable, Tolerance] | None = None,
 ) -> None:
+    """Appends each difference to ``found``; ``parts``, the tolerance of each child of this
+    value (the top level of a per-part tolerance)."""
     import torch
 
     first, second = sides
@@ -210,7 +239,12 @@ def _compare(
             found.append(Mismatch(path, detail, sides=sides))
         pairs = [(key, value, others[key]) for key, value in ours.items() if key in others]
     for key, one, other in pairs:
-        _compare(one, other, rtol, atol, trees.child_path(path, mine, key), sides, found)
+        child = (rtol, atol) if parts is None else _floats(parts.get(key, EXACT))
+        _compare(one, other, *child, trees.child_path(path, mine, key), sides, found)
+
+
+def _floats(tolerance: Tolerance) -> tuple[float, float]:
+    return float(tolerance.rtol), float(tolerance.atol)
 
 
 @dataclass(frozen=True)

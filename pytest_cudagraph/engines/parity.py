@@ -30,6 +30,8 @@ from pytest_cudagraph.engines import rng, trees
 from pytest_cudagraph.engines.compare import (
     Mismatch,
     PendingValues,
+    Tolerances,
+    checked_parts,
     checked_tolerance,
     compare_outputs,
     pending_comparison,
@@ -222,6 +224,7 @@ class ParityChecker:
         *,
         rtol: float = 0.0,
         atol: float = 0.0,
+        tolerance: Tolerances | None = None,
         key_of: Callable[[object], Hashable] | None = None,
     ) -> ParityResult:
         """Run both callables on every case and compare all outputs.
@@ -230,7 +233,9 @@ class ParityChecker:
         arguments), a tuple or list (positional arguments) or a single value; it is called
         once per side, and the two sides' tensors must not share memory. ``cases`` is a count
         (cases 0..n-1) or the case values themselves, e.g. a list of shapes; it must name at
-        least one case. ``key_of(inputs)``, when given, names each case's key in the report.
+        least one case. ``tolerance`` (a Tolerance, or one per top-level part of the output:
+        see ``compare.pending_comparison``) stands for ``rtol`` and ``atol``; give one or the
+        other. ``key_of(inputs)``, when given, names each case's key in the report.
         The eager output is copied when eager returns and the graphed one compared when it
         returns, so that neither side's later writes reach the comparison. A graphed output
         sharing storage with that call's inputs, the eager output or an earlier case's
@@ -245,7 +250,12 @@ class ParityChecker:
                 raise TypeError(f"{name} must be callable, got {function!r}")
         if key_of is not None and not callable(key_of):
             raise TypeError(f"key_of must be callable or None, got {key_of!r}")
-        tolerance = checked_tolerance(rtol=rtol, atol=atol)
+        if tolerance is None:
+            tolerance = checked_tolerance(rtol=rtol, atol=atol)
+        elif rtol or atol:
+            raise TypeError("give rtol and atol, or tolerance, not both")
+        else:
+            checked_parts(tolerance)
         case_values = self._case_values(cases)
         indices = self._indices(len(case_values))
         earlier = EarlierOutputs(self.output_budget_bytes)

@@ -21,7 +21,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs
+from pytest_cudagraph.conformance import CaptureClean, CudaGraphTarget, State
+from pytest_cudagraph.conformance.protocol import Inputs
 
 from ..bucketing import bucket_seq
 from ..config import DecoderConfig
@@ -69,8 +70,8 @@ class KVTarget(SeededTarget):
     ``cache_class`` and ``graph_kv_class`` (the decoder the graphs capture) let the project's
     tests swap in deliberately broken graphs; the eager side always runs the plain decoder."""
 
-    num_keys = NUM_KEYS
-    largest_case = LARGEST_CASE
+    keys = tuple(key_for_case(case) for case in range(NUM_KEYS))
+    largest_key = key_for_case(LARGEST_CASE)
 
     def __init__(
         self,
@@ -91,9 +92,9 @@ class KVTarget(SeededTarget):
             return CudaGraphTarget(**common)
         return CudaGraphTarget(
             **common,
-            reset=self.cache.clear,
-            reset_state=self.cache.clear_state,
-            **self.graph_capabilities(self.cache, StepGraphCache.STAGES),
+            cache=self.graph_cache(self.cache, StepGraphCache.STAGES, self.cache.clear),
+            state=State(reset=self.cache.clear_state),
+            capture_clean=CaptureClean(self.capture_clean_forward),
         )
 
     def eager(self, inputs: Inputs) -> dict[str, Tensor]:
@@ -126,10 +127,10 @@ class KVTarget(SeededTarget):
             cache = torch.where(written.view(1, 1, *written.shape, 1), buffers.cache, 0)
         return {"logits": torch.stack(logits), "cache": cache}
 
-    def make_inputs(self, generator: torch.Generator, case: int) -> Inputs:
+    def inputs_at(self, generator: torch.Generator, key: StepKey) -> Inputs:
         """One episode at the case's key: random memory with a random padded suffix, prefixes of
         random lengths right-padded to cache_len - STEPS, random tokens for every step."""
-        batch, cache_len, memory_len = key_for_case(case)
+        batch, cache_len, memory_len = key
         config, device = self.config, self.device
         prefix_len = cache_len - STEPS
 

@@ -23,7 +23,19 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from pytest_cudagraph.conformance.target import CudaGraphTarget, Inputs, Padding, Trajectory
+from pytest_cudagraph.conformance import (
+    Cache,
+    CaptureClean,
+    Case,
+    CudaGraphTarget,
+    Guards,
+    Padding,
+    Sampling,
+    State,
+    Trajectory,
+    Workers,
+)
+from pytest_cudagraph.conformance.protocol import Inputs
 
 from ..bucketing import bucket_batch, bucket_seq
 from ..capture_cache import CaptureCache
@@ -91,12 +103,12 @@ def make_lean_target(device: torch.device) -> CudaGraphTarget:
 class SeededTarget(abc.ABC):
     """What both reasyn_ref targets share: the decoder (the default config with weights of
     MODEL_SEED on CUDA, the tiny config on the CPU), the target fields every target has, a graph
-    cache's capabilities, and the capture-clean forward at the largest case. A subclass sets
-    ``num_keys`` and ``largest_case`` and gives the methods ``eager``, ``graphed``,
-    ``make_inputs``, ``key_of``, ``sample`` and ``unsupported_modes``."""
+    cache's capabilities, and the capture-clean forward at the largest key. A subclass sets
+    ``keys`` and ``largest_key`` and gives the methods ``eager``, ``graphed``, ``inputs_at``,
+    ``key_of``, ``sample`` and ``unsupported_modes``."""
 
-    num_keys: int
-    largest_case: int
+    keys: tuple[Hashable, ...]
+    largest_key: Hashable
 
     @abc.abstractmethod
     def eager(self, inputs: Inputs) -> Any: ...
@@ -105,7 +117,8 @@ class SeededTarget(abc.ABC):
     def graphed(self, inputs: Inputs) -> Any: ...
 
     @abc.abstractmethod
-    def make_inputs(self, generator: torch.Generator, case: int) -> Inputs: ...
+    def inputs_at(self, generator: torch.Generator, key: Any) -> Inputs:
+        """One call's inputs at ``key``, their values from ``generator``."""
 
     @abc.abstractmethod
     def key_of(self, inputs: Inputs) -> Hashable: ...
@@ -124,6 +137,13 @@ class SeededTarget(abc.ABC):
         self.decoder = seeded_decoder(self.config, MODEL_SEED, device, portable=False)
         self._largest_inputs: Inputs | None = None
 
+    def draw(self, generator: torch.Generator, case: Case) -> Inputs:
+        return self.inputs_at(generator, case.key)
+
+    def make_inputs(self, generator: torch.Generator, case: int) -> Inputs:
+        """The inputs of case number ``case`` (key ``keys[case % len(keys)]``)."""
+        return self.inputs_at(generator, self.keys[case % len(self.keys)])
+
     def common_fields(self) -> dict[str, Any]:
         """The target fields that need no GPU: the calls (the graphed one on CUDA only), the
         keys, the sampler, the refusals."""
@@ -131,30 +151,32 @@ class SeededTarget(abc.ABC):
             device=self.device,
             eager=self.eager,
             graphed=self.graphed if self.device.type == "cuda" else None,
-            make_inputs=self.make_inputs,
+            keys=self.keys,
+            draw=self.draw,
             key_of=self.key_of,
-            num_keys=self.num_keys,
-            sampler=self.sample,
-            unsupported_modes=self.unsupported_modes(),
+            sampling=Sampling(self.sample),
+            guards=Guards(self.unsupported_modes()),
         )
 
-    def graph_capabilities(self, cache: CaptureCache, stages: Sequence[str]) -> dict[str, Any]:
-        """The target fields ``cache`` provides: its lock, keys and capacity, ``stages`` (its
-        method names) as fault points, and the capture-clean forward."""
-        return dict(
+    def graph_cache(
+        self, cache: CaptureCache, stages: Sequence[str], reset: Callable[[], object]
+    ) -> Cache:
+        """What ``cache`` gives the suite: ``reset``, its lock, keys and capacity, and
+        ``stages`` (its method names) as fault points."""
+        return Cache(
+            reset=reset,
             lock=cache.lock,
             cached_keys=lambda: list(cache.keys()),
-            fault_points={stage: (cache, stage) for stage in stages},
             capacity=cache.capacity,
-            largest_case=self.largest_case,
-            capture_clean_forward=self.capture_clean_forward,
+            largest_key=self.largest_key,
+            fault_points={stage: (cache, stage) for stage in stages},
         )
 
     def capture_clean_forward(self) -> Any:
-        """One eager call at the largest case; its inputs are drawn on the first call."""
+        """One eager call at the largest key; its inputs are drawn on the first call."""
         if self._largest_inputs is None:
             generator = torch.Generator(self.device).manual_seed(TARGET_SEED)
-            self._largest_inputs = self.make_inputs(generator, self.largest_case)
+            self._largest_inputs = self.inputs_at(generator, self.largest_key)
         return self.eager(self._largest_inputs)
 
 
@@ -163,8 +185,8 @@ class ReferenceTarget(SeededTarget):
     (the cache's, the sampler's and the workers'). ``cache_class`` and ``sampler_class`` let the
     project's tests swap in deliberately broken ones."""
 
-    num_keys = NUM_KEYS
-    largest_case = LARGEST_CASE
+    keys = tuple(key_for_case(case) for case in range(NUM_KEYS))
+    largest_key = key_for_case(LARGEST_CASE)
     sampler_class: type[ARSampler] = ARSampler
 
     def __init__(
@@ -190,17 +212,17 @@ class ReferenceTarget(SeededTarget):
     def as_target(self) -> CudaGraphTarget:
         common = dict(
             self.common_fields(),
-            reset=self.reset,
-            run_workers=self.run_workers,
+            workers=Workers(self.run_workers),
             padding=Padding(BATCHES[-1], self.padded_inputs, self.junk),
             trajectory=Trajectory(self.next_step, case=TRAJECTORY_CASE),
         )
         if self.cache is None:
-            return CudaGraphTarget(**common)
+            return CudaGraphTarget(**common, cache=Cache(reset=self.reset))
         return CudaGraphTarget(
             **common,
-            **self.graph_capabilities(self.cache, GraphCache.STAGES),
-            side_state=self.side_state,
+            cache=self.graph_cache(self.cache, GraphCache.STAGES, self.reset),
+            state=State(sides=self.side_state),
+            capture_clean=CaptureClean(self.capture_clean_forward),
         )
 
     def side_state(self) -> tuple[nn.Module, nn.Module]:
@@ -219,11 +241,11 @@ class ReferenceTarget(SeededTarget):
             raise RuntimeError("reasyn_ref's graph cache needs CUDA; this target is on the CPU")
         return self.cache(ar_step(inputs))
 
-    def make_inputs(self, generator: torch.Generator, case: int) -> Inputs:
-        """One sampler step at the case's key: ``rows`` real rows of random lengths (the longest
-        one in the key's sequence bucket), random memory with a random padded suffix, one per
-        row or one shared by all rows."""
-        return self.step_inputs(generator, key_for_case(case))
+    def inputs_at(self, generator: torch.Generator, key: tuple[int, int, int, bool]) -> Inputs:
+        """One sampler step at ``key``: ``rows`` real rows of random lengths (the longest one
+        in the key's sequence bucket), random memory with a random padded suffix, one per row
+        or one shared by all rows."""
+        return self.step_inputs(generator, key)
 
     def padded_inputs(self, generator: torch.Generator, rows: int) -> Inputs:
         """One step of ``rows`` real rows in the smallest batch bucket that holds them."""

@@ -11,8 +11,14 @@ import torch
 from examples.tiny_model import make_model
 from torch import Tensor, nn
 
-from pytest_cudagraph.conformance.adapters import Case, compiled, graphed_callables
-from pytest_cudagraph.conformance.target import NEXT_CALL_OF_KEY, OWNED, CudaGraphTarget
+from pytest_cudagraph.conformance import (
+    NEXT_CALL_OF_KEY,
+    OWNED,
+    Case,
+    CudaGraphTarget,
+    compiled,
+    graphed_callables,
+)
 
 KEYS = [(1, 32), (2, 32), (4, 64), (8, 64)]  # (batch, seq)
 

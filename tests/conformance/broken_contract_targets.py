@@ -13,11 +13,10 @@ import dataclasses
 
 import torch
 from examples import bucket_runner_target, decode_step_target
-from examples.bucket_runner import BUCKETS, VOCAB, BucketRunner
+from examples.bucket_runner import VOCAB, BucketRunner
 from torch import Tensor
 
-from pytest_cudagraph.conformance.adapters import Case, hand_written
-from pytest_cudagraph.conformance.target import USAGE_ERRORS, CudaGraphTarget, Tolerance
+from pytest_cudagraph.conformance import Case, CudaGraphTarget, Guards, Tolerance, hand_written
 from pytest_cudagraph.engines.units import MiB
 
 # CPU twins: the checks that run without CUDA fail them.
@@ -54,7 +53,8 @@ def assert_guard_undeclared(device: torch.device) -> CudaGraphTarget:
     """gpt-fast's guard is an assert; without AssertionError among its refusal_errors, it is
     not a refusal."""
     target = decode_step_target.make_target(device)
-    return dataclasses.replace(target, refusal_errors=USAGE_ERRORS)
+    assert target.guards is not None
+    return dataclasses.replace(target, guards=Guards(target.guards.modes))
 
 
 def rows_from_the_generator(device: torch.device) -> CudaGraphTarget:
@@ -62,13 +62,13 @@ def rows_from_the_generator(device: torch.device) -> CudaGraphTarget:
     so no input can be swapped for another draw's."""
     target = bucket_runner_target.make_target(device)
 
-    def make_inputs(generator: torch.Generator, case: int) -> dict[str, Tensor]:
-        bucket = BUCKETS[case % len(BUCKETS)]
+    def draw(generator: torch.Generator, case: Case) -> dict[str, Tensor]:
+        bucket = case.key
         rows = int(torch.randint(bucket // 2 + 1, bucket + 1, (), generator=generator))
         tokens = torch.randint(VOCAB, (rows,), generator=generator, device=device)
         return {"input_ids": tokens, "positions": torch.zeros_like(tokens)}
 
-    return dataclasses.replace(target, make_inputs=make_inputs)
+    return dataclasses.replace(target, draw=draw)
 
 
 # GPU twins: a check that needs the graphs fails them.

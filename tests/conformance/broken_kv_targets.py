@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance import CudaGraphTarget
 from reasyn_ref.kv_decoder import KVDecoder, StepBuffers, StepKey
 from reasyn_ref.kv_graphs import StepGraphCache
 from reasyn_ref.targets.kv import KVTarget

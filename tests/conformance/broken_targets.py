@@ -14,7 +14,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance import CudaGraphTarget
 from reasyn_ref import ARStep
 from reasyn_ref.capture_cache import LRU
 from reasyn_ref.graph_cache import GraphCache, GraphEntry

@@ -22,7 +22,7 @@ from examples.encoder_cache import EncoderGraphCache, Entry
 from examples.hand_written_target import make_target as make_encoder_target
 from torch import Tensor
 
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance import CudaGraphTarget
 from reasyn_ref import ARSampler, ARStep
 from reasyn_ref.graph_cache import GraphCache, GraphEntry
 from reasyn_ref.targets.reference import ReferenceTarget

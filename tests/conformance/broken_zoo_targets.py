@@ -34,8 +34,17 @@ from examples.bucket_runner import BUCKETS, BucketRunner
 from examples.encoder_cache import D_MODEL, EncoderGraphCache, Entry, make_encoder
 from torch import Tensor, nn
 
-from pytest_cudagraph.conformance.adapters import Case, Draw, graphed_callables, hand_written
-from pytest_cudagraph.conformance.target import NEXT_CALL_OF_KEY, SINGLE, CudaGraphTarget
+from pytest_cudagraph.conformance import (
+    NEXT_CALL_OF_KEY,
+    SINGLE,
+    Cache,
+    Case,
+    CudaGraphTarget,
+    Fallbacks,
+    graphed_callables,
+    hand_written,
+)
+from pytest_cudagraph.conformance.adapters import Draw
 from reasyn_ref import ARStep
 from reasyn_ref.graph_cache import GraphCache, GraphEntry
 from reasyn_ref.targets.reference import ReferenceTarget
@@ -91,9 +100,7 @@ def caller_tensors_as_static_inputs(device: torch.device) -> CudaGraphTarget:
         keys=[SHAPE],
         draw=draw_hidden_states(device),
         key_of=shape_of,
-        reset=reset,
-        lock=lock,
-        capacity=1,
+        cache=Cache(reset=reset, lock=lock, capacity=1),
         output_lifetime=NEXT_CALL_OF_KEY,
     )
 
@@ -191,7 +198,9 @@ def runs_eagerly_between_buckets(inputs: dict[str, Tensor]) -> bool:
 def lookup_by_real_size_declared(device: torch.device) -> CudaGraphTarget:
     """The same runner saying which calls it runs eagerly: counted and reported, it passes."""
     target = lookup_by_real_size(device)
-    return dataclasses.replace(target, runs_eagerly=runs_eagerly_between_buckets)
+    return dataclasses.replace(
+        target, fallbacks=Fallbacks(runs_eagerly=runs_eagerly_between_buckets)
+    )
 
 
 # Module state
@@ -261,13 +270,14 @@ def weights_reloaded_by_assignment(device: torch.device) -> CudaGraphTarget:
         keys=[SHAPE],
         draw=draw_hidden_states(device),
         key_of=shape_of,
-        capacity=1,
         output_lifetime=NEXT_CALL_OF_KEY,
     )
     if device.type != "cuda":
-        return hand_written(graphed=None, **common)
-    cache = ReloadedByAssignment(device)
-    return hand_written(graphed=cache, reset=cache.reset, lock=cache.lock, **common)
+        return hand_written(graphed=None, cache=Cache(capacity=1), **common)
+    layer = ReloadedByAssignment(device)
+    return hand_written(
+        graphed=layer, cache=Cache(reset=layer.reset, lock=layer.lock, capacity=1), **common
+    )
 
 
 # Trajectory

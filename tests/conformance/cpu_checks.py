@@ -11,15 +11,15 @@ import torch
 from graph_stand_ins import StandInGraph
 from torch import Tensor
 
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance import Case, CudaGraphTarget
 from pytest_cudagraph.engines.captures import CaptureCounter
 
 CPU = torch.device("cpu")
 KEYS = (2, 3, 4)  # rows of x, one key each
 
 
-def make_inputs(generator: torch.Generator, case: int) -> dict[str, Tensor]:
-    return {"x": torch.randn(KEYS[case % len(KEYS)], 4, generator=generator)}
+def draw(generator: torch.Generator, case: Case) -> dict[str, Tensor]:
+    return {"x": torch.randn(case.key, 4, generator=generator)}
 
 
 def double(inputs: dict[str, Tensor]) -> Tensor:
@@ -32,9 +32,9 @@ def cpu_target(**changes: object) -> CudaGraphTarget:
         device=CPU,
         eager=double,
         graphed=double,
-        make_inputs=make_inputs,
+        keys=KEYS,
+        draw=draw,
         key_of=lambda inputs: inputs["x"].shape[0],
-        num_keys=len(KEYS),
     )
     return CudaGraphTarget(**{**fields, **changes})
 

@@ -16,7 +16,7 @@ from examples.encoder_cache import EncoderGraphCache, Entry
 from examples.hand_written_target import make_target
 from torch import Tensor
 
-from pytest_cudagraph.conformance.target import CudaGraphTarget
+from pytest_cudagraph.conformance import CudaGraphTarget
 
 __all__ = ["baked_gain", "lock_kept_on_error", "make_target", "static_output", "unlocked"]
 

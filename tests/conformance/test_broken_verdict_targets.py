@@ -19,8 +19,8 @@ import pytest
 import torch
 from suite_runner import table_verdicts
 
-from pytest_cudagraph.conformance.support import forget_last_failure
-from pytest_cudagraph.conformance.target import build_target
+from pytest_cudagraph.conformance.loading import build_target
+from pytest_cudagraph.conformance.suite import forget_last_failure
 from pytest_cudagraph.skips import needs_cuda
 
 # Each test runs the suite on a broken target (the README's test command leaves it out).

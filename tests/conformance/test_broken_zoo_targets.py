@@ -23,6 +23,13 @@ from suite_runner import table_verdicts
 from torch import Tensor, nn
 
 from pytest_cudagraph.conformance import (
+    Cache,
+    Case,
+    CudaGraphTarget,
+    Padding,
+    State,
+    Tolerance,
+    Trajectory,
     test_16_inputs_unchanged,
     test_17_padded_batches,
     test_18_replay_order,
@@ -30,12 +37,6 @@ from pytest_cudagraph.conformance import (
     test_21_module_state,
     test_22_rebound_tensors,
     test_23_trajectory,
-)
-from pytest_cudagraph.conformance.target import (
-    CudaGraphTarget,
-    Padding,
-    Tolerance,
-    Trajectory,
     validate_target,
 )
 from pytest_cudagraph.engines.units import KiB, MiB
@@ -124,7 +125,8 @@ def padded_target(
     return cpu_target(
         eager=real_rows_doubled,
         graphed=graphed,
-        make_inputs=lambda generator, case: padded_inputs(generator, (1, 2, 4)[case % 3]),
+        keys=[1, 2, 4],
+        draw=lambda generator, case: padded_inputs(generator, case.key),
         padding=Padding(4, padded_inputs, **{"junk": nan_padding, **padding}),
     )
 
@@ -247,7 +249,7 @@ def test_replay_order_fails_a_write_into_a_canary_and_needs_two_keys(monkeypatch
     assert line.startswith("a canary of 512 bytes laid before the first call at index (0,): was")
     assert line.endswith("seen after call 4 (reversed: case 13, seed 4, key 3)")
     with pytest.raises(pytest.skip.Exception, match=r"the target has 1 key it can hold"):
-        run(check, cpu_target(capacity=1))
+        run(check, cpu_target(cache=Cache(capacity=1)))
 
 
 # Graphs used
@@ -346,7 +348,7 @@ def stateful_target(module: nn.Module) -> CudaGraphTarget:
     return cpu_target(
         eager=lambda inputs: eager_side(inputs["x"]).detach(),
         graphed=lambda inputs: warmed(inputs).detach(),
-        side_state=lambda: (eager_side, graphed_side),
+        state=State(sides=lambda: (eager_side, graphed_side)),
     )
 
 
@@ -390,8 +392,8 @@ def test_module_state_needs_two_sides_of_their_own() -> None:
     check = test_21_module_state.test_module_state
     shared = nn.Linear(4, 4)
     with pytest.raises(pytest.fail.Exception, match=r"gives both sides the same modules"):
-        run(check, cpu_target(side_state=lambda: (shared, shared)))
-    with pytest.raises(pytest.skip.Exception, match=r"does not give side_state"):
+        run(check, cpu_target(state=State(sides=lambda: (shared, shared))))
+    with pytest.raises(pytest.skip.Exception, match=r"does not give state"):
         run(check, cpu_target())
 
 
@@ -447,10 +449,10 @@ VOCAB = 7
 WIDTH = 8  # sequence buckets are multiples of it
 
 
-def prefixes(generator: torch.Generator, case: int) -> dict[str, Tensor]:
-    """Two rows of up to 8 tokens in a bucket of 8, 16 or 24, and a per-row offset (the
-    step's "memory")."""
-    width = WIDTH * (1 + case % 3)
+def prefixes(generator: torch.Generator, case: Case) -> dict[str, Tensor]:
+    """Two rows of up to 8 tokens in a bucket of 8, 16 or 24 (the key), and a per-row offset
+    (the step's "memory")."""
+    width = case.key
     lengths = torch.randint(1, WIDTH + 1, (2,), generator=generator)
     tokens = torch.randint(VOCAB, (2, width), generator=generator)
     tokens[torch.arange(width) >= lengths[:, None]] = 0
@@ -503,7 +505,8 @@ def stepping_target(
     return cpu_target(
         eager=next_token,
         graphed=graphed,
-        make_inputs=prefixes,
+        keys=[WIDTH, 2 * WIDTH, 3 * WIDTH],
+        draw=prefixes,
         key_of=lambda inputs: inputs["tokens"].shape[1],
         trajectory=Trajectory(appended, **trajectory),
     )
@@ -596,7 +599,7 @@ def test_the_docs_give_the_checks_own_numbers() -> None:
         f"| graphs used | after {test_19_graphs_used.WARM_ROUNDS} warm-up rounds, "
         f"{test_19_graphs_used.JUDGED_ROUNDS} judged rounds on up to "
         f"{test_19_graphs_used.MAX_KEYS} keys",
-        f"| module state | needs `side_state`: on each of up to {test_21_module_state.MAX_KEYS} "
+        f"| module state | needs `state.sides`: on each of up to {test_21_module_state.MAX_KEYS} "
         "keys",
         f"| no rebound tensors | over {test_22_rebound_tensors.ROUNDS} rounds on up to "
         f"{test_22_rebound_tensors.MAX_KEYS} keys",

@@ -18,6 +18,15 @@ from graph_stand_ins import StandInGraph
 from torch import Tensor
 
 from pytest_cudagraph.conformance import (
+    NEXT_CALL,
+    NEXT_CALL_OF_KEY,
+    SERIAL,
+    SINGLE,
+    Cache,
+    Case,
+    CudaGraphTarget,
+    Guards,
+    Tolerance,
     test_00_target,
     test_01_parity,
     test_02_no_baked_inputs,
@@ -27,14 +36,6 @@ from pytest_cudagraph.conformance import (
     test_09_bounded_memory,
     test_10_concurrency,
     test_15_side_isolation,
-)
-from pytest_cudagraph.conformance.target import (
-    NEXT_CALL,
-    NEXT_CALL_OF_KEY,
-    SERIAL,
-    SINGLE,
-    CudaGraphTarget,
-    Tolerance,
 )
 from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.engines.faults import FaultInjector
@@ -94,10 +95,10 @@ def test_the_dry_run_fails_a_contract_that_does_not_fit_the_outputs() -> None:
 
 
 def test_the_contract_check_takes_a_billion_keys_without_drawing_them_all() -> None:
-    def keyed(generator: torch.Generator, case: int) -> dict[str, object]:
-        return {"x": torch.randn(2, generator=generator), "key": case % 10**9}
+    def keyed(generator: torch.Generator, case: Case) -> dict[str, object]:
+        return {"x": torch.randn(2, generator=generator), "key": case.key}
 
-    target = cpu_target(make_inputs=keyed, key_of=lambda inputs: inputs["key"], num_keys=10**9)
+    target = cpu_target(draw=keyed, key_of=lambda inputs: inputs["key"], keys=range(10**9))
     figures = run(test_00_target.test_target_contract, target)
     assert figures[0].startswith("64 of 1000000000 keys;")
     assert run(test_00_target.test_dry_run, target) == [
@@ -106,18 +107,18 @@ def test_the_contract_check_takes_a_billion_keys_without_drawing_them_all() -> N
 
 
 def test_real_shapes_may_vary_inside_a_key_from_case_to_case_not_from_draw_to_draw() -> None:
-    def rows_by_case(generator: torch.Generator, case: int) -> dict[str, Tensor]:
-        return {"x": torch.randn(1 + case % 2, 4, generator=generator)}  # one key, 1 or 2 rows
+    def rows_by_case(generator: torch.Generator, case: Case) -> dict[str, Tensor]:
+        return {"x": torch.randn(1 + case.repeat % 2, 4, generator=generator)}  # 1 or 2 rows
 
-    by_case = cpu_target(make_inputs=rows_by_case, key_of=lambda inputs: 0, num_keys=1)
+    by_case = cpu_target(draw=rows_by_case, key_of=lambda inputs: 0, keys=[0])
     figure = run(test_00_target.test_target_contract, by_case)[0]
     assert figure.endswith("over 4 draws of 1 cases; shapes vary inside 1 of them")
 
-    def rows_by_draw(generator: torch.Generator, case: int) -> dict[str, Tensor]:
+    def rows_by_draw(generator: torch.Generator, case: Case) -> dict[str, Tensor]:
         rows = int(torch.randint(1, 4, (), generator=generator))
         return {"x": torch.randn(rows, 4, generator=generator)}
 
-    by_draw = replace(by_case, make_inputs=rows_by_draw)
+    by_draw = replace(by_case, draw=rows_by_draw)
     with pytest.raises(AssertionError, match=r"changes shape or dtype between draws"):
         run(test_00_target.test_target_contract, by_draw)
 
@@ -173,7 +174,7 @@ def test_owned_outputs_checks_the_lifetime_the_target_declares(
 
 
 def test_with_one_key_valid_until_its_next_call_means_valid_until_the_next_call() -> None:
-    one_key = cpu_target(graphed=StaticOutputs(True), output_lifetime=NEXT_CALL_OF_KEY, num_keys=1)
+    one_key = cpu_target(graphed=StaticOutputs(True), output_lifetime=NEXT_CALL_OF_KEY, keys=[2])
     figures = run(test_03_owned_outputs.test_owned_outputs, one_key)
     assert figures[0].startswith("outputs next call of its key: kept over 4 eager calls")
 
@@ -194,16 +195,21 @@ def test_parity_compares_each_part_within_its_tolerance_over_the_real_rows() -> 
         tolerance={"logits": Tolerance(atol=1e-3)},
         real_part=lambda inputs: {"logits": slice(0, inputs["x"].shape[0])},
     )
-    assert [(t, parts) for t, parts in test_01_parity.tolerance_groups(target)] == [
-        (Tolerance(atol=1e-3), ["logits"]),
-        (Tolerance(), ["cache"]),
-    ]
     checker = ParityChecker(CPU, on_result=results.append)
     run(test_01_parity.test_parity, target, graph_parity=checker)
-    assert [result.ok for result in results] == [True, True]
+    assert [result.ok for result in results] == [True]
     results.clear()
     run(test_01_parity.test_parity, replace(target, graphed=padded(1e-2)), graph_parity=checker)
-    assert [result.ok for result in results] == [False, True]  # logits beyond 1e-3, cache exact
+    [logits_beyond] = results
+    assert {m.path for o in logits_beyond.failures for m in o.mismatches} == {"output['logits']"}
+    results.clear()
+
+    def cache_off(inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+        return {**padded(1e-4)(inputs), "cache": inputs["x"] + 1e-4}  # not named: exact
+
+    run(test_01_parity.test_parity, replace(target, graphed=cache_off), graph_parity=checker)
+    [cache_differs] = results
+    assert {m.path for o in cache_differs.failures for m in o.mismatches} == {"output['cache']"}
 
 
 # Guards: declared refusals
@@ -215,13 +221,13 @@ def assert_guard() -> None:
 
 def test_an_assert_refuses_a_mode_where_the_target_declares_assertion_error() -> None:
     modes = {"no KV cache": (assert_guard, "Caches must")}
-    declared = cpu_target(unsupported_modes=modes, refusal_errors=(AssertionError,))
+    declared = cpu_target(guards=Guards(modes, refusal_errors=(AssertionError,)))
     assert run(test_07_guards.test_guards, declared) == ["1 of 1 unsupported modes refused clearly"]
     with pytest.raises(
         AssertionError,
         match=r"AssertionError\('Caches must be initialized first.*'\) is not one of the target's refusal_errors \(ValueError, TypeError, RuntimeError\)",
     ):
-        run(test_07_guards.test_guards, cpu_target(unsupported_modes=modes))
+        run(test_07_guards.test_guards, cpu_target(guards=Guards(modes)))
 
 
 # Side isolation: state shared by both sides
@@ -332,7 +338,9 @@ class StandInCache:
 
 
 def cache_target(cache: StandInCache) -> CudaGraphTarget:
-    return cpu_target(graphed=cache, lock=cache.lock, cached_keys=lambda: list(cache.graphs))
+    return cpu_target(
+        graphed=cache, cache=Cache(lock=cache.lock, cached_keys=lambda: list(cache.graphs))
+    )
 
 
 def lock_safety(target: CudaGraphTarget) -> list[str]:
@@ -426,7 +434,9 @@ class MemoryCache:
 
 def long_run(**cache: object) -> list[str]:
     memory = CountedMemory()
-    target = cpu_target(graphed=MemoryCache(memory, **cache), capacity=cache["capacity"])
+    capacity = cache["capacity"]
+    assert isinstance(capacity, int)
+    target = cpu_target(graphed=MemoryCache(memory, **cache), cache=Cache(capacity=capacity))
     return run(
         test_09_bounded_memory.test_memory_over_a_long_run,
         target,

@@ -15,13 +15,8 @@ import torch
 from suite_runner import table_verdicts
 from torch import Tensor
 
-from pytest_cudagraph.conformance.target import (
-    CudaGraphTarget,
-    TargetError,
-    build_target,
-    installed_targets,
-    validate_target,
-)
+from pytest_cudagraph.conformance import CudaGraphTarget, State
+from pytest_cudagraph.conformance.loading import build_target, installed_targets
 from reasyn_ref.kv_decoder import KVDecoder, StepBuffers, StepKey
 from reasyn_ref.model import expand_memory
 from reasyn_ref.sampler import pad_rows
@@ -82,7 +77,7 @@ def test_reasyn_kv_is_installed_and_builds_by_name_on_the_cpu() -> None:
     # No graphs on the CPU: the graphed side and the graph capabilities, reset_state among
     # them, are left out; the dry run calls the eager side alone.
     assert target.graphed is None
-    assert target.reset_state is None and target.lock is None and target.capacity is None
+    assert target.state is None and target.cache is None
     with pytest.raises(RuntimeError, match="step graphs need CUDA"):
         KVTarget(CPU).graphed(target.make_inputs(torch.Generator().manual_seed(0), 0))
 
@@ -206,11 +201,9 @@ def test_a_stale_position_counter_shows_only_after_a_longer_episode(kv_target: K
     )
 
 
-def test_reset_state_must_be_callable(kv_target: KVTarget) -> None:
-    target = kv_target.as_target()
-    target.reset_state = "clear"
-    with pytest.raises(TargetError, match=r"'reasyn-kv': reset_state must be callable, got str"):
-        validate_target("reasyn-kv", target, CPU)
+def test_reset_state_must_be_callable() -> None:
+    with pytest.raises(TypeError, match=r"State.reset must be callable or None, got str"):
+        State(reset="clear")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("factory", TWINS)
@@ -239,7 +232,7 @@ def test_the_suite_runs_its_cpu_checks_on_reasyn_kv_and_skips_the_rest_saying_wh
             "  target contract * passed * 40 keys; inputs memory, memory_padding_mask, tokens, "
             "lengths, step_tokens vary *",
             "  guards * passed * 7 of 7 unsupported modes refused clearly",
-            "  worker refusal * skipped * the target does not give run_workers *",
+            "  worker refusal * skipped * the target does not give workers *",
             "  state reset * skipped * needs CUDA: torch.cuda.is_available() is False",
         ],
         consecutive=False,

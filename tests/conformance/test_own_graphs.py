@@ -16,17 +16,21 @@ import torch
 from suite_runner import HERE, REPO_ROOT, table_verdicts
 from torch import nn
 
-from pytest_cudagraph.conformance.adapters import (
-    INDUCTOR_SKIP_LOGGER,
+from pytest_cudagraph.conformance import (
+    EXACT,
+    NEXT_CALL,
+    NEXT_CALL_OF_KEY,
+    OWNED,
+    Cache,
     Case,
+    CudaGraphTarget,
     InductorSkips,
+    State,
     compiled,
     graphed_callables,
     hand_written,
-    input_shapes,
-    keyed_cases,
 )
-from pytest_cudagraph.conformance.target import EXACT, NEXT_CALL, NEXT_CALL_OF_KEY, OWNED
+from pytest_cudagraph.conformance.adapters import INDUCTOR_SKIP_LOGGER, input_shapes
 from pytest_cudagraph.skips import needs_cuda
 
 CPU = torch.device("cpu")
@@ -52,44 +56,6 @@ def draw_ones(generator: torch.Generator, case: Case) -> dict[str, torch.Tensor]
     return {"x": torch.ones(case.key, case.key + 1 + case.repeat)}
 
 
-def test_cases_cycle_through_the_keys_and_count_the_draws_of_each() -> None:
-    seen: list[Case] = []
-
-    def draw(generator: torch.Generator, case: Case) -> dict[str, torch.Tensor]:
-        seen.append(case)
-        return draw_ones(generator, case)
-
-    make_inputs, num_keys = keyed_cases([1, 2, 3, 4], draw)
-    assert num_keys == 4
-    shapes = [tuple(make_inputs(torch.Generator(), case)["x"].shape) for case in (0, 3, 4, 9)]
-    assert shapes == [(1, 2), (4, 5), (1, 3), (2, 5)]
-    assert seen == [Case(0, 1, 0), Case(3, 4, 0), Case(4, 1, 1), Case(9, 2, 2)]
-
-
-def test_one_key_is_enough() -> None:
-    make_inputs, num_keys = keyed_cases([7], draw_ones)
-    assert num_keys == 1
-    assert make_inputs(torch.Generator(), 5)["x"].shape == (7, 13)
-
-
-@pytest.mark.parametrize(
-    ("keys", "draw", "error", "message"),
-    [
-        ([], draw_ones, ValueError, r"keys must be at least one graph key, each once, got \[\]"),
-        ([1, 2, 3, 3, 4], draw_ones, ValueError, r"each once, got \[1, 2, 3, 3, 4\]"),
-        ([1, [2, 3]], draw_ones, TypeError, r"keys\[1\] must be hashable, got list \[2, 3\]"),
-        ("abcd", draw_ones, TypeError, r"keys must be a sequence of graph keys, got str"),
-        ({1, 2, 3, 4}, draw_ones, TypeError, r"keys must be a sequence of graph keys, got set"),
-        ([1, 2, 3, 4], "draw", TypeError, r"draw must be callable as draw\(generator, case\)"),
-    ],
-)
-def test_bad_keys_or_draw_are_refused_naming_the_rule(
-    keys: object, draw: object, error: type[Exception], message: str
-) -> None:
-    with pytest.raises(error, match=message):
-        keyed_cases(keys, draw)
-
-
 def cpu_fields(**changes: object) -> dict[str, object]:
     fields: dict[str, object] = dict(
         device=CPU,
@@ -102,25 +68,73 @@ def cpu_fields(**changes: object) -> dict[str, object]:
     return {**fields, **changes}
 
 
-def test_hand_written_finds_the_largest_case_from_its_key() -> None:
-    target = hand_written(**cpu_fields(), largest_key=7, capacity=2)
-    assert (target.largest_case, target.capacity, target.num_keys) == (1, 2, 4)
+def test_cases_cycle_through_the_keys_and_count_the_draws_of_each() -> None:
+    seen: list[Case] = []
+
+    def draw(generator: torch.Generator, case: Case) -> dict[str, torch.Tensor]:
+        seen.append(case)
+        return draw_ones(generator, case)
+
+    target = hand_written(**cpu_fields(keys=[1, 2, 3, 4], draw=draw))
+    shapes = [
+        tuple(target.make_inputs(torch.Generator(), case)["x"].shape) for case in (0, 3, 4, 9)
+    ]
+    assert shapes == [(1, 2), (4, 5), (1, 3), (2, 5)]
+    assert seen == [Case(0, 1, 0), Case(3, 4, 0), Case(4, 1, 1), Case(9, 2, 2)]
+
+
+@pytest.mark.parametrize(
+    ("keys", "draw", "error", "message"),
+    [
+        ([], draw_ones, ValueError, r"keys must be at least one graph key, each once, got \[\]"),
+        ([1, 2, 3, 3, 4], draw_ones, ValueError, r"each once, got \[1, 2, 3, 3, 4\]"),
+        ([1, [2, 3]], draw_ones, TypeError, r"keys\[1\] must be hashable, got list \[2, 3\]"),
+        ("abcd", draw_ones, TypeError, r"keys must be a sequence of graph keys, got str"),
+        ({1, 2, 3, 4}, draw_ones, TypeError, r"keys must be a sequence of graph keys, got set"),
+        ([1, 2, 3, 4], "draw", TypeError, r"draw must be callable, got str"),
+    ],
+)
+def test_bad_keys_or_draw_are_refused_by_every_adapter_before_any_work(
+    keys: object, draw: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        hand_written(**cpu_fields(keys=keys, draw=draw))
+    with pytest.raises(error, match=message):
+        compiled(nn.Linear(2, 2), device=CPU, keys=keys, draw=draw)  # type: ignore[arg-type]
+    with pytest.raises(error, match=message):
+        graphed_callables(nn.Linear(2, 2), device=CPU, keys=keys, draw=draw)  # type: ignore[arg-type]
+
+
+def test_an_adapter_merges_its_own_capabilities_under_the_users() -> None:
+    target = hand_written(**cpu_fields(), cache=Cache(largest_key=7, capacity=2))
+    assert target.cache == Cache(largest_key=7, capacity=2)
     assert target.output_lifetime == OWNED
-    with pytest.raises(ValueError, match=r"largest_key 9 is not one of the keys"):
-        hand_written(**cpu_fields(), largest_key=9)
+    with pytest.raises(ValueError, match=r"Cache.largest_key 9 is not one of the keys"):
+        hand_written(**cpu_fields(), cache=Cache(largest_key=9))
+    layer = graphed_callables(nn.Linear(2, 2), **mlp_fields(), cache=Cache(largest_key=(1, 2)))
+    assert layer.cache is not None and (layer.cache.capacity, layer.cache.largest_key) == (
+        1,
+        (1, 2),
+    )
+    assert layer.cache.reset is not None and layer.cache.lock is not None
 
 
 def test_every_adapter_takes_the_targets_fields_by_name_and_no_others() -> None:
-    target = hand_written(**cpu_fields(graphed=None), threads="single", reset_state=lambda: None)
+    target = hand_written(**cpu_fields(graphed=None), threads="single", state=State(reset=print))
     assert (target.graphed, target.threads) == (None, "single")
-    with pytest.raises(TypeError, match=r"unknown target field\(s\) samplr; the fields an adapter"):
-        hand_written(**cpu_fields(), samplr=lambda seed, graphs: [])
-    with pytest.raises(TypeError, match=r"unknown target field\(s\) num_keys"):
-        hand_written(**cpu_fields(), num_keys=3)
+    with pytest.raises(
+        TypeError, match=r"hand_written\(\) got unknown field\(s\) samplr; it takes"
+    ):
+        hand_written(**cpu_fields(), samplr=lambda seed, graphs: [])  # type: ignore[call-arg]
     fields = cpu_fields()
     del fields["eager"], fields["graphed"]
-    with pytest.raises(TypeError, match=r"unknown target field\(s\) graph_skip"):
-        compiled(nn.Linear(2, 2), **fields, graph_skip=lambda: [])
+    with pytest.raises(TypeError, match=r"compiled\(\) got unknown field\(s\) graph_skip"):
+        compiled(nn.Linear(2, 2), **fields, graph_skip=lambda: [])  # type: ignore[arg-type]
+
+
+def sides_of(target: CudaGraphTarget) -> tuple[object, object]:
+    assert target.state is not None and target.state.sides is not None
+    return target.state.sides()
 
 
 def mlp_fields() -> dict[str, object]:
@@ -250,10 +264,10 @@ def test_a_function_of_a_model_gets_a_model_per_side_from_a_builder() -> None:
 @pytest.mark.slow
 def test_the_adapters_say_which_modules_each_side_runs_on_unless_they_share_them() -> None:
     module = nn.Linear(2, 2)
-    eager, graphed = graphed_callables(module, **mlp_fields()).side_state()
+    eager, graphed = sides_of(graphed_callables(module, **mlp_fields()))
     assert graphed is module and isinstance(eager, nn.Linear) and eager is not module
-    assert graphed_callables(module, **mlp_fields(), share_state=True).side_state is None
-    assert graphed_callables(lambda x: x, **mlp_fields()).side_state is None  # no state
+    assert graphed_callables(module, **mlp_fields(), share_state=True).state is None
+    assert graphed_callables(lambda x: x, **mlp_fields()).state is None  # no state
     built: list[nn.Module] = []
 
     def build() -> nn.Module:
@@ -262,13 +276,13 @@ def test_the_adapters_say_which_modules_each_side_runs_on_unless_they_share_them
 
     target = compiled(lambda model, x: model(x), **mlp_fields(), model=build)
     graphed_model, eager_model = built
-    assert target.side_state() == (eager_model, graphed_model)
+    assert sides_of(target) == (eager_model, graphed_model)
 
 
 def test_each_adapter_declares_the_lifetime_of_its_graphs_outputs() -> None:
     assert compiled(nn.Linear(2, 2), **mlp_fields()).output_lifetime == NEXT_CALL
     assert graphed_callables(nn.Linear(2, 2), **mlp_fields()).output_lifetime == NEXT_CALL_OF_KEY
-    assert compiled(nn.Linear(2, 2), **mlp_fields()).capacity == 1
+    assert compiled(nn.Linear(2, 2), **mlp_fields()).cache == Cache(capacity=1)
 
 
 def test_the_default_key_is_each_input_tensors_shape_and_dtype() -> None:

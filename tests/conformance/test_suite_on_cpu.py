@@ -106,7 +106,7 @@ def test_a_bad_spec_stops_the_run_before_it_starts(
         ),
         (
             "def make(device):\n    return {'device': device}\n",
-            "the factory returned dict; expected a pytest_cudagraph.conformance.target.CudaGraphTarget",
+            "the factory returned dict; expected a pytest_cudagraph.conformance.CudaGraphTarget",
         ),
     ],
     ids=["raises", "wrong type"],
@@ -303,6 +303,7 @@ def test_record_figure_takes_text_and_finite_numbers(
 FLAKY_GUARD_TARGET = """
 import dataclasses
 
+from pytest_cudagraph.conformance import Guards
 from reasyn_ref.targets.reference import make_target as reference
 
 calls = []
@@ -316,7 +317,7 @@ def refuses_from_the_second_call():
 
 def make(device):
     modes = {"flaky": (refuses_from_the_second_call, "refused")}
-    return dataclasses.replace(reference(device), unsupported_modes=modes)
+    return dataclasses.replace(reference(device), guards=Guards(modes))
 """
 
 

@@ -254,8 +254,28 @@ def test_a_pending_comparison_takes_its_tolerance_checked() -> None:
     assert settle_comparison(pending_comparison(1.0, 1.5, Tolerance(atol=0.5))) == []
     [mismatch] = settle_comparison(pending_comparison(1.0, 1.5))
     assert (mismatch.atol, mismatch.rtol) == (0.0, 0.0)
-    with pytest.raises(TypeError, match="tolerance must be a Tolerance, got float"):
+    with pytest.raises(TypeError, match="tolerance must be a Tolerance or a mapping"):
         pending_comparison(1.0, 1.5, 0.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"tolerance\['logits'\] must be a Tolerance, got float"):
+        pending_comparison(1.0, 1.5, {"logits": 0.5})  # type: ignore[dict-item]
+
+
+def test_a_tolerance_per_part_holds_each_top_level_part_to_its_own() -> None:
+    per_part = {"logits": Tolerance(atol=0.5)}
+    expected = {"logits": torch.tensor([1.0]), "cache": torch.tensor([1.0])}
+    within = {"logits": torch.tensor([1.4]), "cache": torch.tensor([1.0])}
+    assert compare_outputs(expected, within, tolerance=per_part) == []
+    # A part the mapping does not name is exact, wherever it first appears.
+    [mismatch] = compare_outputs(
+        expected, {**within, "cache": torch.tensor([1.1])}, tolerance=per_part
+    )
+    assert mismatch.path == "output['cache']" and mismatch.atol == 0.0
+    [extra] = compare_outputs(expected, {**within, "extra": 1}, tolerance=per_part)
+    assert "['extra'] only in graphed" in extra.describe()
+    # By index for a tuple; below the top level, the part's tolerance holds.
+    assert compare_outputs((1.0, [2.0]), (1.0, [2.4]), tolerance={1: Tolerance(atol=0.5)}) == []
+    with pytest.raises(TypeError, match="give rtol and atol, or tolerance, not both"):
+        compare_outputs(1.0, 1.0, atol=1.0, tolerance=per_part)
 
 
 # What a mismatch reports

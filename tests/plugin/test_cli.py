@@ -1,4 +1,5 @@
-"""The ``pytest-cudagraph`` command installed with the plugin: ``report`` and ``targets``."""
+"""The ``pytest-cudagraph`` command installed with the plugin: ``report``, ``targets`` and
+``checks``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from pytest_cudagraph import cli, report_markdown
-from pytest_cudagraph.conformance import target
+from pytest_cudagraph.conformance import loading
+from pytest_cudagraph.conformance.catalog import check_needs, needs_table
 
 
 def test_the_command_is_installed_with_the_package() -> None:
@@ -79,12 +81,19 @@ def test_report_refuses_what_is_not_a_results_file(
 
 def test_targets_lists_the_installed_targets(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["targets"]) == 0
-    installed = target.installed_targets()
+    installed = loading.installed_targets()
     expected = "".join(f"{name}  {value}\n" for name, value in installed.items())
     assert capsys.readouterr().out == (
         expected
-        or f"no conformance targets installed (entry-point group {target.ENTRY_POINT_GROUP})\n"
+        or f"no conformance targets installed (entry-point group {loading.ENTRY_POINT_GROUP})\n"
     )
+
+
+def test_checks_lists_what_each_check_needs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["checks"]) == 0
+    out = capsys.readouterr().out
+    assert out == "\n".join(needs_table(check_needs())) + "\n"
+    assert "| bounded memory | yes | `cache.reset`, `cache.capacity`, `cache.largest_key` |" in out
 
 
 @pytest.mark.parametrize("argv", [[], ["report"], ["nothing"]])

@@ -37,7 +37,7 @@ def test_an_unrelated_session_imports_no_torch(pytester: pytest.Pytester) -> Non
 
 
 def test_public_names_are_exported_lazily() -> None:
-    from pytest_cudagraph.conformance.target import CudaGraphTarget
+    from pytest_cudagraph.conformance.protocol import CudaGraphTarget
     from pytest_cudagraph.engines.faults import FaultInjector
     from pytest_cudagraph.engines.parity import ParityChecker, compare_outputs
 

@@ -20,9 +20,11 @@ from pytest_cudagraph.skips import NEEDS_CUDA
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("pytest_cudagraph", "reasyn_ref")
-# The deprecation aliases of the modules that moved into conformance/: the one exemption from
-# "no two modules with one name", until the release that drops them.
-ALIASES = frozenset({"pytest_cudagraph.target", "pytest_cudagraph.adapters"})
+# The deprecation aliases of the modules that moved: the one exemption from "no two modules with
+# one name", until the release that drops them.
+ALIASES = frozenset(
+    {"pytest_cudagraph.target", "pytest_cudagraph.adapters", "pytest_cudagraph.conformance.target"}
+)
 ALIASES_UNTIL = Version("0.5.0")
 
 # Each module's wing, by the longest prefix of its dotted name that names one.
@@ -30,6 +32,7 @@ WINGS = {
     "pytest_cudagraph": "package",  # the lazy public API and the version
     "pytest_cudagraph.target": "aliases",
     "pytest_cudagraph.adapters": "aliases",
+    "pytest_cudagraph.conformance.target": "aliases",
     "pytest_cudagraph.engines": "engines",
     "pytest_cudagraph.plugin": "pytest layer",
     "pytest_cudagraph.settings": "pytest layer",
@@ -37,23 +40,50 @@ WINGS = {
     "pytest_cudagraph.markers": "pytest layer",
     "pytest_cudagraph.skips": "pytest layer",
     "pytest_cudagraph.bench": "pytest layer",
-    "pytest_cudagraph.conformance": "conformance",
+    "pytest_cudagraph.conformance": "conformance door",
+    "pytest_cudagraph.conformance.protocol": "protocol",
+    "pytest_cudagraph.conformance.legacy": "protocol",
+    "pytest_cudagraph.conformance.adapters": "protocol",
+    "pytest_cudagraph.conformance.loading": "loading",
+    "pytest_cudagraph.conformance.judging": "judging",
+    "pytest_cudagraph.conformance.catalog": "judging",
+    "pytest_cudagraph.conformance.processes": "judging",
+    "pytest_cudagraph.conformance.suite": "suite plugin",
+    "pytest_cudagraph.conformance.conftest": "suite plugin",
+    "pytest_cudagraph.conformance.progress": "suite plugin",
     "pytest_cudagraph.cli": "tools",
     "pytest_cudagraph.report_markdown": "tools",
     "reasyn_ref": "reference",
     "reasyn_ref.targets": "reference targets",
 }
+# The suite's checks, one module each: pytest_cudagraph/conformance/test_NN_name.py.
+CHECKS = re.compile(r"pytest_cudagraph\.conformance\.test_\d\d_\w+")
+CONFORMANCE = {"protocol", "loading", "judging", "suite plugin", "checks"}
 # The wings a wing may import (itself included).
 MAY_IMPORT = {
     "package": {"package"},
     "engines": {"engines"},
     "pytest layer": {"package", "engines", "pytest layer"},
-    "conformance": {"package", "engines", "pytest layer", "conformance"},
-    "tools": {"package", "engines", "pytest layer", "conformance", "tools"},
-    "aliases": {"conformance", "aliases"},
+    "conformance door": {"conformance door"},
+    "protocol": {"package", "engines", "protocol"},
+    "loading": {"package", "engines", "protocol", "loading"},
+    "judging": {"package", "engines", "pytest layer", "protocol", "loading", "judging"},
+    "suite plugin": {"package", "engines", "pytest layer", *CONFORMANCE - {"checks"}},
+    "checks": {"package", "engines", "pytest layer", *CONFORMANCE},
+    "tools": {"package", "engines", "pytest layer", *CONFORMANCE, "tools"},
+    "aliases": {"engines", "protocol", "loading", "aliases"},
     "reference": {"reference"},
-    "reference targets": {"package", "engines", "conformance", "reference", "reference targets"},
+    "reference targets": {
+        "package",
+        "engines",
+        "conformance door",
+        "protocol",
+        "reference",
+        "reference targets",
+    },
 }
+# The wings that must work without pytest (what a target author imports, and the engines).
+NO_PYTEST = {"engines", "protocol"}
 
 
 @dataclass
@@ -73,6 +103,8 @@ def module_name(path: Path) -> str:
 def wing_of(name: str) -> str:
     """The wing of the longest key that is ``name`` or a package above it (the plugin's
     package root stands for itself alone: its modules each have a wing)."""
+    if CHECKS.fullmatch(name):
+        return "checks"
     keys = [
         key for key in WINGS if name == key or (name.startswith(key + ".") and key != PACKAGES[0])
     ]
@@ -166,11 +198,12 @@ def upward_imports(modules: dict[str, Module]) -> list[str]:
 
 
 def pytest_when_imported(modules: dict[str, Module]) -> list[str]:
-    """Engines that import pytest (or pluggy) at import time: they must work without it."""
+    """Modules of the engines or the protocol that import pytest (or pluggy) at import time:
+    they must work without it."""
     return [
         f"{name}: line {node.lineno}"
         for name, module in modules.items()
-        if wing_of(name) == "engines"
+        if wing_of(name) in NO_PYTEST
         for node, at_import in walk_imports(module.tree)
         if at_import and any(root in ("pytest", "_pytest", "pluggy") for root in roots(node))
     ]
@@ -221,7 +254,7 @@ def test_each_wing_imports_only_the_wings_below_it() -> None:
     assert not upward_imports(MODULES)
 
 
-def test_the_engines_import_no_pytest_when_imported() -> None:
+def test_the_engines_and_the_protocol_import_no_pytest_when_imported() -> None:
     assert not pytest_when_imported(MODULES)
 
 
@@ -266,6 +299,8 @@ def test_the_rules_catch_what_they_are_for() -> None:
         "pytest_cudagraph.conformance.target",
         "pytest_cudagraph.target",
     ]
+    assert wing_of("pytest_cudagraph.conformance.test_07_guards") == "checks"
+    assert wing_of("pytest_cudagraph.conformance.protocol") == "protocol"
     assert upward_imports(modules) == [
         "pytest_cudagraph.engines.parity (engines) imports pytest_cudagraph.settings "
         "(pytest layer)",
@@ -400,11 +435,17 @@ def stated_imports(text: str) -> set[str]:
     return set() if head == "none" else set(head.split(", "))
 
 
+# How the page names the checks' modules (CHECKS): one row, by pattern.
+CHECKS_SHOWN = "pytest_cudagraph.conformance.test_NN_name"
+
+
 def test_the_wings_page_shows_each_wing_as_the_tree_and_the_rules_have_it() -> None:
     table = wings_table()
     shown = {name: wing for wing, paths, _ in table for name in named_modules(paths)}
+    assert shown.pop(CHECKS_SHOWN) == "checks"
     assert shown == WINGS
-    assert all(path.exists() for _, paths, _ in table for path in named_modules(paths).values())
+    named = [path for _, paths, _ in table for path in named_modules(paths).values()]
+    assert all(path.exists() for path in named if path.stem != "test_NN_name")
     assert {wing: stated_imports(imports) for wing, _, imports in table} == {
         wing: allowed - {wing} for wing, allowed in MAY_IMPORT.items()
     }

@@ -1,8 +1,7 @@
 import torch
 
 from examples.bucket_runner import BUCKETS, MAX_POSITION, VOCAB, BucketRunner, make_model
-from pytest_cudagraph.conformance.adapters import hand_written
-from pytest_cudagraph.conformance.target import Tolerance
+from pytest_cudagraph.conformance import Cache, Tolerance, hand_written
 
 
 def make_target(device, runner_class=BucketRunner):
@@ -22,8 +21,7 @@ def make_target(device, runner_class=BucketRunner):
         keys=BUCKETS,
         draw=draw,
         key_of=lambda inputs: next(b for b in BUCKETS if b >= len(inputs["input_ids"])),
-        largest_key=BUCKETS[-1],
-        capacity=len(BUCKETS),  # every bucket's graph, captured at start-up
+        cache=Cache(capacity=len(BUCKETS), largest_key=BUCKETS[-1]),  # captured at start-up
         output_lifetime="next call",  # one static output buffer for every bucket
         threads="single",
         tolerance=Tolerance(atol=1e-5, rtol=1e-4),  # a padded bucket runs matmuls of its size

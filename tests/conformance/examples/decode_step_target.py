@@ -1,7 +1,7 @@
 import torch
 
 from examples.decode_model import VOCAB, decode_n_tokens, decode_one_token, make_model, prefill
-from pytest_cudagraph.conformance.adapters import compiled
+from pytest_cudagraph.conformance import Guards, compiled
 
 
 def generate(decode, model, inputs):  # gpt-fast's generate for one prompt: 8 new tokens
@@ -16,6 +16,7 @@ def make_target(device):
         return {"prompt": torch.randint(VOCAB, case.key, generator=generator, device=device)}
 
     uncached, token = make_model(device, None), torch.zeros(1, 1, dtype=torch.long, device=device)
+    no_cache = {"no KV cache": (lambda: uncached(token, token[0]), "Caches must")}
     return compiled(
         decode_one_token,  # as gpt-fast compiles it: mode="reduce-overhead", fullgraph=True
         fullgraph=True,
@@ -25,6 +26,5 @@ def make_target(device):
         keys=[(1, 8)],  # one decode graph
         draw=draw,
         output_lifetime="owned",  # generate clones each step's outputs
-        unsupported_modes={"no KV cache": (lambda: uncached(token, token[0]), "Caches must")},
-        refusal_errors=(AssertionError,),  # gpt-fast guards with assert
+        guards=Guards(no_cache, refusal_errors=(AssertionError,)),  # gpt-fast guards with assert
     )

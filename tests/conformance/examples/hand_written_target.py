@@ -1,7 +1,7 @@
 import torch
 
 from examples.encoder_cache import EncoderGraphCache, make_encoder  # your model, your cache
-from pytest_cudagraph.conformance.adapters import hand_written
+from pytest_cudagraph.conformance import Cache, hand_written
 
 KEYS = [(batch, seq) for batch in range(1, 9) for seq in (16, 32, 48, 64, 80)]
 
@@ -19,19 +19,20 @@ def make_target(device, cache_class=EncoderGraphCache):
         keys=KEYS,
         draw=draw,
         key_of=lambda inputs: tuple(inputs["x"].shape[:2]),
-        largest_key=max(KEYS),
     )
     if device.type != "cuda":  # without CUDA: the dry run of eager, the protocol's checks
         return hand_written(graphed=None, **common)
     cache = cache_class(encoder, device)
+    stages = ("warm_up", "capture", "replay", "copy_out")  # its own methods, to inject faults in
     return hand_written(
         graphed=lambda inputs: cache(**inputs),
-        reset=cache.clear,
-        lock=cache.lock,
-        capacity=cache.capacity,
-        cached_keys=lambda: list(cache.graphs),
-        fault_points={
-            stage: (cache, stage) for stage in ("warm_up", "capture", "replay", "copy_out")
-        },
+        cache=Cache(
+            reset=cache.clear,
+            lock=cache.lock,
+            capacity=cache.capacity,
+            largest_key=max(KEYS),
+            cached_keys=lambda: list(cache.graphs),
+            fault_points={stage: (cache, stage) for stage in stages},
+        ),
         **common,
     )

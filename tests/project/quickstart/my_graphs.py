@@ -1,6 +1,6 @@
 import torch
 
-from pytest_cudagraph.conformance.adapters import graphed_callables
+from pytest_cudagraph.conformance import graphed_callables
 
 
 def make_target(device):

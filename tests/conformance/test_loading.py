@@ -1,4 +1,4 @@
-"""pytest_cudagraph.conformance.target on the CPU: loading installed names and ``module:factory`` specs,
+"""pytest_cudagraph.conformance.loading on the CPU: loading installed names and ``module:factory`` specs,
 validating what the factory returns, which spec is in force (option > env > ini > the one
 installed target), and what a user sees when the target cannot be built."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-import threading
 import types
 from collections.abc import Callable
 
@@ -16,20 +15,23 @@ import torch
 from distributions import registered_targets
 from suite_runner import plugin_arguments
 
-from pytest_cudagraph.conformance import target as targets
-from pytest_cudagraph.conformance.suite import chosen_target_spec
-from pytest_cudagraph.conformance.target import (
-    CudaGraphTarget,
+from pytest_cudagraph.conformance import Cache, Case, CudaGraphTarget, Tolerance, loading
+from pytest_cudagraph.conformance.catalog import lacking
+from pytest_cudagraph.conformance.loading import (
     TargetError,
-    Tolerance,
     build_target,
+    installed_lines,
     installed_targets,
     load_factory,
-    missing_field_reason,
     resolve_spec,
 )
+from pytest_cudagraph.conformance.suite import chosen_target_spec
 
 CPU = torch.device("cpu")
+
+
+def rows_drawn(generator: torch.Generator, case: Case) -> dict[str, torch.Tensor]:
+    return {"x": torch.randn(case.key, generator=generator)}
 
 
 def minimal_target(**changes: object) -> CudaGraphTarget:
@@ -38,9 +40,9 @@ def minimal_target(**changes: object) -> CudaGraphTarget:
         device=CPU,
         eager=lambda inputs: inputs["x"] * 2,
         graphed=lambda inputs: inputs["x"] * 2,
-        make_inputs=lambda generator, case: {"x": torch.randn(case % 4 + 1, generator=generator)},
+        keys=[1, 2, 3, 4],
+        draw=rows_drawn,
         key_of=lambda inputs: inputs["x"].shape[0],
-        num_keys=4,
     )
     return CudaGraphTarget(**{**fields, **changes})
 
@@ -115,12 +117,14 @@ def test_a_factory_that_exits_is_reported_like_any_error(factories: types.Module
 def test_a_factory_returning_something_else_is_refused(factories: types.ModuleType) -> None:
     with pytest.raises(
         TargetError,
-        match=r"the factory returned dict; expected a pytest_cudagraph\.conformance\.target\.CudaGraphTarget",
+        match=r"the factory returned dict; expected a pytest_cudagraph\.conformance\.CudaGraphTarget",
     ):
         build_with(factories, lambda device: {"eager": None})
 
 
-def test_a_core_field_left_out_is_named(factories: types.ModuleType) -> None:
+def test_a_core_field_left_out_or_malformed_is_named_from_the_factorys_error(
+    factories: types.ModuleType,
+) -> None:
     def factory(device: torch.device) -> CudaGraphTarget:
         fields = {
             f.name: getattr(minimal_target(), f.name) for f in dataclasses.fields(CudaGraphTarget)
@@ -130,57 +134,17 @@ def test_a_core_field_left_out_is_named(factories: types.ModuleType) -> None:
 
     with pytest.raises(TargetError, match=r"the factory raised TypeError: .*'key_of'"):
         build_with(factories, factory)
-    with pytest.raises(TargetError, match=r"core field\(s\) missing: eager, key_of"):
-        build_with(factories, lambda device: minimal_target(eager=None, key_of=None))
+    with pytest.raises(
+        TargetError, match=r"the factory raised ValueError: Cache.capacity must be >= 1, got 0"
+    ):
+        build_with(factories, lambda device: minimal_target(cache=Cache(capacity=0)))
 
 
-@pytest.mark.parametrize(
-    ("changes", "problem"),
-    [
-        (
-            {"device": torch.device("meta")},
-            "device is device(type='meta'); the factory was asked for cpu",
-        ),
-        ({"eager": 3}, "eager must be callable, got int"),
-        ({"sampler": "sample"}, "sampler must be callable, got str"),
-        ({"num_keys": 0}, "num_keys must be an int >= 1, got 0"),
-        ({"num_keys": True}, "num_keys must be an int >= 1, got True"),
-        ({"capacity": 0}, "capacity must be an int >= 1, got 0"),
-        ({"largest_case": -1}, "largest_case must be an int >= 0, got -1"),
-        ({"lock": object()}, "lock must have acquire() and release()"),
-        ({"graph_skips": []}, "graph_skips must be callable, got list"),
-        (
-            {"tolerance": 1e-3},
-            "tolerance must be a pytest_cudagraph.conformance.target.Tolerance or a mapping "
-            "output part -> Tolerance, got float",
-        ),
-        ({"fault_points": [("warm_up", None)]}, "fault_points must be a mapping, got list"),
-        (
-            {"fault_points": {"warm_up": (threading.Lock(), "acquire")}},
-            "fault_points lacks the stage(s) capture, replay",
-        ),
-        ({"unsupported_modes": {}}, "unsupported_modes must be a non-empty mapping"),
-        (
-            {"unsupported_modes": {"bf16 off": (lambda: None, "")}},
-            "unsupported_modes['bf16 off'] must be (zero-arg callable, regex)",
-        ),
-    ],
-)
-def test_a_malformed_field_is_named(
-    factories: types.ModuleType, changes: dict[str, object], problem: str
-) -> None:
-    with pytest.raises(TargetError) as error:
-        build_with(factories, lambda device: minimal_target(**changes))
-    assert problem in str(error.value)
-
-
-def test_a_fault_point_must_name_an_existing_method(factories: types.ModuleType) -> None:
-    lock = threading.Lock()
-    points = {"warm_up": (lock, "acquire"), "capture": (lock, "release"), "replay": (lock, "nope")}
-    with pytest.raises(TargetError, match=r"fault_points\['replay'\]: lock has no method 'nope'"):
-        build_with(factories, lambda device: minimal_target(fault_points=points))
-    points["replay"] = (lock, "locked")
-    build_with(factories, lambda device: minimal_target(fault_points=points, lock=lock))
+def test_a_target_made_for_another_device_is_refused(factories: types.ModuleType) -> None:
+    with pytest.raises(
+        TargetError, match=r"device is device\(type='meta'\); the factory was asked for cpu"
+    ):
+        build_with(factories, lambda device: minimal_target(device=torch.device("meta")))
 
 
 def test_the_plugin_registers_no_target_and_reasyn_ref_its_three() -> None:
@@ -200,14 +164,14 @@ def test_the_installed_reference_is_valid_on_the_cpu() -> None:
     assert target.device == CPU
     assert target.tolerance == Tolerance()
     # On the CPU there is no graph cache: the capabilities about it are left out.
-    assert missing_field_reason(target, "lock", "capacity") == (
-        "the target does not give lock, capacity (an optional capability)"
-    )
-    assert missing_field_reason(target, "unsupported_modes", "run_workers") is None
+    assert lacking(target, ["cache.lock", "cache.capacity", "guards", "workers"]) == [
+        "cache.lock",
+        "cache.capacity",
+    ]
 
 
 def fake_installed(monkeypatch: pytest.MonkeyPatch, names: dict[str, str]) -> None:
-    monkeypatch.setattr(targets, "installed_targets", lambda: names)
+    monkeypatch.setattr(loading, "installed_targets", lambda: names)
 
 
 def test_with_none_chosen_the_one_installed_target_is_the_default(
@@ -238,7 +202,7 @@ def test_an_installed_name_loads_its_factory(
 
 def test_the_installed_names_are_listed_from_the_command_line() -> None:
     listed = subprocess.run(
-        [sys.executable, "-m", "pytest_cudagraph.conformance.target"],
+        ["pytest-cudagraph", "targets"],
         capture_output=True,
         text=True,
         check=True,
@@ -248,14 +212,11 @@ def test_the_installed_names_are_listed_from_the_command_line() -> None:
     assert listed.stdout.splitlines() == [f"{name}  {value}" for name, value in installed.items()]
 
 
-def test_with_none_installed_the_listing_says_so(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_with_none_installed_the_listing_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     fake_installed(monkeypatch, {})
-    targets.main()
-    assert capsys.readouterr().out == (
-        "no conformance targets installed (entry-point group pytest_cudagraph.targets)\n"
-    )
+    assert installed_lines() == [
+        "no conformance targets installed (entry-point group pytest_cudagraph.targets)"
+    ]
 
 
 def test_a_module_in_the_rootdir_imports_without_being_on_sys_path(

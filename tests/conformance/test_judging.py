@@ -1,17 +1,17 @@
-"""The conformance suite's shared helpers that need no GPU: running a function in a fresh
-process, finding and freeing a held lock, walking outputs, calling both sides under one seed and
-comparing them as the target's contract says (real part, tolerance per part, output lifetime)."""
+"""pytest_cudagraph.conformance.judging on the CPU: finding and freeing a held lock, walking
+outputs, calling both sides under one seed and comparing them as the target's contract says
+(real part, tolerance per part, output lifetime), and the keys a check walks."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 
 import pytest
 import torch
 
-from pytest_cudagraph.conformance.support import (
+from pytest_cudagraph.conformance import NEXT_CALL_OF_KEY, Cache, CudaGraphTarget, Tolerance
+from pytest_cudagraph.conformance.judging import (
     calls_over_keys,
     differences,
     draws_random_numbers,
@@ -22,59 +22,21 @@ from pytest_cudagraph.conformance.support import (
     kept,
     keys_held,
     lock_was_held,
-    needed,
     parts_of,
     real,
-    run_in_fresh_process,
     tensors_in,
 )
-from pytest_cudagraph.conformance.target import (
-    NEXT_CALL_OF_KEY,
-    CudaGraphTarget,
-    TargetError,
-    Tolerance,
-)
-
-# Run in the spawned children: module-level, so that the children can import them.
 
 
-def child_pid_and_sum(a: int, b: int) -> tuple[int, int]:
-    return os.getpid(), a + b
-
-
-def child_raises() -> None:
-    raise ValueError("bad thing in the child")
-
-
-def child_dies() -> None:
-    os._exit(3)
-
-
-@pytest.mark.slow
-def test_a_fresh_process_returns_the_value_from_another_pid() -> None:
-    pid, total = run_in_fresh_process(child_pid_and_sum, 2, 3, timeout=60)
-    assert total == 5
-    assert pid != os.getpid()
-
-
-@pytest.mark.slow
-def test_a_fresh_process_reports_the_childs_error_and_death() -> None:
-    with pytest.raises(RuntimeError, match=r"(?s)child_raises failed.*ValueError: bad thing"):
-        run_in_fresh_process(child_raises, timeout=60)
-    with pytest.raises(RuntimeError, match=r"child_dies's process died \(exit code 3\)"):
-        run_in_fresh_process(child_dies, timeout=60)
-
-
-def target_with_lock(lock: object) -> CudaGraphTarget:
+def target_with_lock(lock: object, keys: int = 4) -> CudaGraphTarget:
     return CudaGraphTarget(
         device=torch.device("cpu"),
         eager=lambda inputs: None,
         graphed=lambda inputs: None,
-        make_inputs=lambda generator, case: {},
+        keys=range(keys),
+        draw=lambda generator, case: {},
         key_of=lambda inputs: 0,
-        num_keys=4,
-        reset=lambda: None,
-        lock=lock,
+        cache=Cache(reset=lambda: None, lock=lock) if lock is not None else None,
     )
 
 
@@ -108,9 +70,9 @@ def sampling_target(**changes: object) -> CudaGraphTarget:
         device=torch.device("cpu"),
         eager=sample,
         graphed=sample,
-        make_inputs=lambda generator, case: {"x": torch.randn(4, generator=generator)},
+        keys=[0],
+        draw=lambda generator, case: {"x": torch.randn(4, generator=generator)},
         key_of=lambda inputs: 0,
-        num_keys=1,
     )
     return CudaGraphTarget(**{**fields, **changes})
 
@@ -201,21 +163,13 @@ def test_an_eager_output_is_copied_so_the_graphed_side_cannot_change_it() -> Non
     ]
 
 
-def test_a_needed_field_is_its_value_even_when_falsy_and_its_absence_skips_naming_it() -> None:
-    assert needed(0, "capacity") == 0
-    sampler = print
-    assert needed(sampler, "sampler") is sampler
-    with pytest.raises(pytest.skip.Exception, match=r"^the target does not give sampler \("):
-        needed(None, "sampler")
-
-
-def test_the_graphed_path_is_the_targets_and_one_left_out_is_a_target_error() -> None:
+def test_the_graphed_path_is_the_targets_and_one_left_out_is_an_error() -> None:
     def graphed(inputs: dict) -> None:
         return None
 
     target = dataclasses.replace(target_with_lock(threading.Lock()), graphed=graphed)
     assert graphed_path(target) is graphed
-    with pytest.raises(TargetError, match="graphed is None on cpu"):
+    with pytest.raises(ValueError, match="graphed is None on cpu"):
         graphed_path(dataclasses.replace(target, graphed=None))
 
 
@@ -226,10 +180,8 @@ def test_the_graphed_path_is_the_targets_and_one_left_out_is_a_target_error() ->
 def test_a_check_walks_no_more_keys_than_the_cache_holds(
     num_keys: int, capacity: int | None, held: int
 ) -> None:
-    target = dataclasses.replace(
-        target_with_lock(threading.Lock()), num_keys=num_keys, capacity=capacity
-    )
-    assert keys_held(target, most=4) == held
+    target = target_with_lock(threading.Lock(), keys=num_keys)
+    assert keys_held(target, 4, capacity) == held
 
 
 def test_calls_over_keys_take_each_held_key_in_turn_round_after_round() -> None:

@@ -1,0 +1,275 @@
+"""The protocol a target author writes (pytest_cudagraph.conformance.protocol), on the CPU: the
+core and the contract checked when a target is made, each capability checking its own fields,
+the fields the adapters take by name being the target's own, and the cases over the keys. Each
+refusal names ``Class.field``, the rule and the value."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+import torch
+
+from pytest_cudagraph.conformance import (
+    EXACT,
+    NEXT_CALL,
+    SERIAL,
+    Cache,
+    CaptureClean,
+    Case,
+    CudaGraphTarget,
+    Fallbacks,
+    Guards,
+    Padding,
+    Sampling,
+    State,
+    TargetOptions,
+    Tolerance,
+    Trajectory,
+    Workers,
+)
+from pytest_cudagraph.conformance.protocol import CAPABILITIES
+from pytest_cudagraph.engines import compare
+
+CPU = torch.device("cpu")
+
+
+def draw(generator: torch.Generator, case: Case) -> dict[str, torch.Tensor]:
+    return {"x": torch.randn(case.key, generator=generator)}
+
+
+def target_with(**changes: object) -> CudaGraphTarget:
+    """A valid one-key target on the CPU, then ``changes``."""
+    fields: dict[str, object] = dict(
+        device=CPU,
+        eager=lambda inputs: {"logits": inputs["x"] * 2, "cache": inputs["x"]},
+        graphed=None,
+        keys=[3],
+        draw=draw,
+        key_of=lambda inputs: inputs["x"].shape,
+    )
+    return CudaGraphTarget(**{**fields, **changes})
+
+
+def test_one_key_and_no_graphed_side_away_from_cuda_make_a_valid_target() -> None:
+    target = target_with()
+    assert (target.num_keys, target.cache, target.sampling) == (1, None, None)
+
+
+def test_case_numbers_cycle_through_the_keys() -> None:
+    target = target_with(keys=[2, 3, 5])
+    assert [target.case(number) for number in (0, 4, 8)] == [
+        Case(0, 2, 0),
+        Case(4, 3, 1),
+        Case(8, 5, 2),
+    ]
+    inputs = target.make_inputs(torch.Generator().manual_seed(0), 4)
+    assert inputs["x"].shape == (3,)
+    assert target_with(keys=range(10**9)).case(10**9 + 7) == Case(10**9 + 7, 7, 1)
+
+
+def test_the_graphed_side_is_required_on_cuda() -> None:
+    with pytest.raises(TypeError, match=r"CudaGraphTarget.graphed is None on a CUDA device"):
+        target_with(device=torch.device("cuda", 0))
+
+
+def test_the_declared_contract_is_accepted() -> None:
+    target = target_with(
+        tolerance={"logits": Tolerance(atol=1e-3)},
+        real_part=lambda inputs: {"logits": slice(0, 2)},
+        output_lifetime=NEXT_CALL,
+        threads=SERIAL,
+        guards=Guards({"bf16 off": (lambda: None, "needs bf16")}, (AssertionError, ValueError)),
+    )
+    assert target.tolerance_of("logits") == Tolerance(atol=1e-3)
+    assert target.tolerance_of("cache") == EXACT
+    assert target.describe_tolerance() == "'logits' atol 0.001, rtol 0; other parts exact"
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "problem"),
+    [
+        (
+            {"device": "cpu"},
+            TypeError,
+            "CudaGraphTarget.device must be a torch.device, got 'cpu' (write torch.device('cpu'))",
+        ),
+        (
+            {"keys": []},
+            ValueError,
+            "CudaGraphTarget.keys must be at least one graph key, each once, got []",
+        ),
+        (
+            {"keys": [1, 1]},
+            ValueError,
+            "CudaGraphTarget.keys must be at least one graph key, each once, got [1, 1]",
+        ),
+        (
+            {"keys": "ab"},
+            TypeError,
+            "CudaGraphTarget.keys must be a sequence of graph keys, got str",
+        ),
+        ({"keys": [[1]]}, TypeError, "CudaGraphTarget.keys[0] must be hashable, got list [1]"),
+        ({"keys": range(0)}, ValueError, "CudaGraphTarget.keys must hold at least one graph key"),
+        ({"draw": None}, TypeError, "CudaGraphTarget.draw must be callable, got NoneType"),
+        (
+            {"tolerance": {}},
+            ValueError,
+            "CudaGraphTarget.tolerance must name at least one output part",
+        ),
+        (
+            {"tolerance": {"logits": 1e-3}},
+            TypeError,
+            "CudaGraphTarget.tolerance['logits'] must be a Tolerance, got float",
+        ),
+        (
+            {"real_part": slice(0, 2)},
+            TypeError,
+            "CudaGraphTarget.real_part must be callable or None, got slice",
+        ),
+        (
+            {"output_lifetime": "until reset"},
+            ValueError,
+            "CudaGraphTarget.output_lifetime must be one of 'owned', 'next call of its key', 'next call', got 'until reset'",
+        ),
+        (
+            {"threads": "many"},
+            ValueError,
+            "CudaGraphTarget.threads must be one of 'concurrent', 'serial', 'single', got 'many'",
+        ),
+        ({"cache": {"capacity": 3}}, TypeError, "CudaGraphTarget.cache must be a Cache, got dict"),
+        ({"padding": 16}, TypeError, "CudaGraphTarget.padding must be a Padding, got int"),
+        ({"cache": Cache(largest_key=7)}, ValueError, "Cache.largest_key 7 is not one of the keys"),
+    ],
+)
+def test_a_malformed_core_or_contract_field_is_named(
+    changes: dict[str, object], error: type[Exception], problem: str
+) -> None:
+    with pytest.raises(error) as refused:
+        target_with(**changes)
+    assert str(refused.value).startswith(problem)
+
+
+def rows_of(generator: torch.Generator, rows: int) -> dict[str, torch.Tensor]:
+    return {"x": torch.randn(rows, generator=generator)}
+
+
+def test_every_capability_is_accepted_in_its_slot_with_its_defaults() -> None:
+    padding, trajectory = Padding(16, rows_of), Trajectory(lambda inputs, output: inputs)
+    given = dict(
+        cache=Cache(capacity=3, lock=threading.Lock(), largest_key=3),
+        state=State(reset=lambda: None),
+        sampling=Sampling(lambda seed, graphs: [seed]),
+        guards=Guards({"bf16 off": (lambda: None, "needs bf16")}),
+        workers=Workers(lambda per_gpu, graphs: ([], [])),
+        fallbacks=Fallbacks(runs_eagerly=lambda inputs: False),
+        capture_clean=CaptureClean(lambda: None),
+        padding=padding,
+        trajectory=trajectory,
+    )
+    target = target_with(**given)
+    assert {kind.SLOT for kind in CAPABILITIES} == set(given)
+    assert all(target.capability(type(value)) is value for value in given.values())
+    assert (padding.junk, trajectory.teacher_forced, trajectory.case) == (None, False, 0)
+    assert Guards({"m": (lambda: None, "x")}).refusal_errors == (
+        ValueError,
+        TypeError,
+        RuntimeError,
+    )
+    assert Cache(capacity=2).given() == ["capacity"]
+
+
+def test_the_fields_the_adapters_take_by_name_are_the_targets_after_its_core() -> None:
+    core = ("device", "eager", "graphed", "keys", "draw", "key_of")
+    fields = [field.name for field in dataclasses.fields(CudaGraphTarget)]
+    assert fields[: len(core)] == list(core)
+    assert list(TargetOptions.__annotations__) == fields[len(core) :]
+
+
+def test_the_protocols_tolerance_is_the_comparison_engines() -> None:
+    """One rule and one wording for a tolerance: the engine's, named by the protocol too."""
+    assert Tolerance is compare.Tolerance and EXACT is compare.EXACT
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda: Padding(0, rows_of), ValueError, r"Padding.largest must be >= 1, got 0"),
+        (lambda: Padding(16.0, rows_of), TypeError, r"Padding.largest must be an int, got 16.0"),
+        (lambda: Padding(True, rows_of), TypeError, r"Padding.largest must be an int, got True"),
+        (
+            lambda: Padding(4, None),
+            TypeError,
+            r"Padding.make_inputs must be callable, got NoneType",
+        ),
+        (lambda: Padding(4, rows_of, "nan"), TypeError, r"Padding.junk must be callable or None"),
+        (lambda: Trajectory(3), TypeError, r"Trajectory.next_inputs must be callable, got int"),
+        (
+            lambda: Trajectory(rows_of, teacher_forced=1),
+            TypeError,
+            r"Trajectory.teacher_forced must be True or False, got 1",
+        ),
+        (lambda: Trajectory(rows_of, case=-1), ValueError, r"Trajectory.case must be >= 0, got -1"),
+        (
+            lambda: Trajectory(rows_of, case="0"),
+            TypeError,
+            r"Trajectory.case must be an int, got '0'",
+        ),
+        (lambda: Cache(capacity=0), ValueError, r"Cache.capacity must be >= 1, got 0"),
+        (lambda: Cache(reset=3), TypeError, r"Cache.reset must be callable or None, got int"),
+        (
+            lambda: Cache(lock=object()),
+            TypeError,
+            r"Cache.lock must have acquire\(\) and release\(\)",
+        ),
+        (
+            lambda: Cache(fault_points={"warm_up": (1, "x")}),
+            ValueError,
+            r"Cache.fault_points lacks the stage\(s\) capture, replay",
+        ),
+        (
+            lambda: Cache(
+                fault_points=dict.fromkeys(("warm_up", "capture", "replay"), (1, "nope"))
+            ),
+            ValueError,
+            r"Cache.fault_points\['warm_up'\]: int has no method 'nope'",
+        ),
+        (lambda: State(), TypeError, r"State gives nothing: give sides, reset or both"),
+        (
+            lambda: State(sides=(1, 2)),
+            TypeError,
+            r"State.sides must be callable or None, got tuple",
+        ),
+        (lambda: Sampling(None), TypeError, r"Sampling.sample must be callable, got NoneType"),
+        (lambda: Guards({}), TypeError, r"Guards.modes must be a non-empty mapping"),
+        (
+            lambda: Guards({"bf16 off": (lambda: None, "needs (bf16")}),
+            ValueError,
+            r"Guards.modes\['bf16 off'\]: 'needs \(bf16' is not a regex",
+        ),
+        (
+            lambda: Guards({"m": (lambda: None, "x")}, AssertionError),
+            TypeError,
+            r"Guards.refusal_errors must be a non-empty tuple of exception classes",
+        ),
+        (
+            lambda: Guards({"m": (lambda: None, "x")}, (ValueError, "assert")),
+            TypeError,
+            r"Guards.refusal_errors must be a non-empty tuple of exception classes",
+        ),
+        (lambda: Workers(3), TypeError, r"Workers.run must be callable, got int"),
+        (lambda: Fallbacks(), TypeError, r"Fallbacks gives nothing"),
+        (
+            lambda: Fallbacks(runs_eagerly=True),
+            TypeError,
+            r"Fallbacks.runs_eagerly must be callable",
+        ),
+        (lambda: CaptureClean("f"), TypeError, r"CaptureClean.forward must be callable, got str"),
+    ],
+)
+def test_a_malformed_capability_is_refused_naming_its_field(
+    make: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        make()  # type: ignore[operator]
