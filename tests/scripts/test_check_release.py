@@ -9,6 +9,8 @@ import pytest
 from check_release import built_versions, main, release_problems
 from packaging.version import Version
 
+import pytest_cudagraph
+
 DATED = "# Changelog\n\n## 0.3.0 (2027-01-15)\n\n- things\n\n## 0.2.0\n"
 BUILT = {"pytest_cudagraph-0.3.0-py3-none-any.whl": Version("0.3.0")}
 
@@ -72,8 +74,9 @@ def test_the_command_fails_on_this_trees_unreleased_changelog(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The changelog's latest version is unreleased until a release dates it.
-    (tmp_path / "pytest_cudagraph-0.3.0-py3-none-any.whl").write_text("")
+    version = pytest_cudagraph.__version__
+    (tmp_path / f"pytest_cudagraph-{version}-py3-none-any.whl").write_text("")
     changelog = (Path(__file__).resolve().parents[2] / "CHANGELOG.md").read_text()
     unreleased = "(unreleased)" in changelog.split("\n## ", 2)[1].splitlines()[0]
-    assert main(["v0.3.0", str(tmp_path)]) == (1 if unreleased else 0)
+    assert main([f"v{version}", str(tmp_path)]) == (1 if unreleased else 0)
     assert ("unreleased; date it" in capsys.readouterr().err) == unreleased
