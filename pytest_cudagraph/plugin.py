@@ -263,12 +263,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     json_path = settings.snapshot(session.config)[settings.JSON]
     if json_path.value is None or hasattr(session.config, "workerinput"):
         return
+    given = f"{json_path.source}={str(json_path.value)!r}"
     try:
-        json_path.value.unlink(missing_ok=True)
+        results.remove_earlier_results(json_path.value)
+    except ValueError as error:  # something else came to be there since the path was checked
+        raise pytest.UsageError(f"{given}: {error}") from None
     except OSError as error:
         raise pytest.UsageError(
-            f"{json_path.source}={str(json_path.value)!r}: cannot remove the results of an "
-            f"earlier run: {error.strerror or error}"
+            f"{given}: cannot remove the results of an earlier run: {error.strerror or error}"
         ) from None
 
 
@@ -305,6 +307,8 @@ def _write_results(session: pytest.Session, path: Path) -> str:
     )
     try:
         results.write_json(path, document)
+    except ValueError as error:  # the path came to hold something not ours meanwhile
+        return f"cudagraph results NOT written to {path}: it {error}"
     except OSError as error:
         return f"cudagraph results NOT written to {path}: {error}"
     partial = "" if end.complete else f" (partial: {end.stopped or end.exit})"

@@ -19,8 +19,10 @@ import json
 import math
 import os
 import platform
+import re
+import secrets
+import stat
 import subprocess
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -47,6 +49,13 @@ STRAY_CONTEXTS = "stray_contexts"
 USES_PLUGIN = "cudagraph_uses_plugin"
 REASON_LENGTH = 200
 GIT_SECONDS = 10
+# Every results file this plugin writes, of any format, opens with these keys in this order:
+# how an earlier results file is told from a file of the user's at the same path.
+OPENING = re.compile(
+    rb'\s*\{\s*"format"\s*:\s*[0-9]+\s*,\s*"plugin_version"\s*:\s*"[^"]*"\s*,\s*"date"\s*:'
+)
+OPENING_BYTES = 512
+REPLACED = "only the results file of an earlier run is ever replaced"
 
 
 @dataclass(frozen=True)
@@ -445,18 +454,62 @@ def plain(value: object) -> object:
     return str(value)
 
 
-def write_json(path: Path, document: Mapping[str, object]) -> None:
-    """Write ``document`` to ``path`` atomically, as strict JSON: a reader never sees half a
-    file, and a failed write leaves no file behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(plain(document), indent=2, allow_nan=False) + "\n"
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def check_replaceable(path: Path) -> None:
+    """ValueError naming the rule unless ``path`` is free or holds an earlier results file of
+    this plugin, told by its opening (``OPENING``): a file of the user's, a folder, a symlink
+    (never followed), a FIFO or another special file is never written over. OSError where the
+    path cannot be looked at (a name too long, a folder that may not be read)."""
     try:
-        with os.fdopen(handle, "w") as file:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        raise ValueError(f"is a folder; give a file path such as {path / 'results.json'}")
+    if stat.S_ISLNK(mode):
+        raise ValueError(
+            f"is a symlink, never written through nor replaced ({REPLACED}): give the path of "
+            "a new file"
+        )
+    if not stat.S_ISREG(mode):
+        kind = "FIFO" if stat.S_ISFIFO(mode) else "special file"
+        raise ValueError(f"is a {kind} ({REPLACED}): give the path of a new file")
+    # Not followed and not waited on, should the file have become a link or a FIFO since.
+    handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(handle, "rb") as file:
+        opening = file.read(OPENING_BYTES)
+    if OPENING.match(opening) is None:
+        raise ValueError(
+            'holds a file that is not results of this plugin (those open with {"format": N, '
+            f'"plugin_version": ..., "date": ...}}), and {REPLACED}: give the path of a new '
+            "file, or move this one away"
+        )
+
+
+def remove_earlier_results(path: Path) -> None:
+    """Remove the results file of an earlier run at ``path``, so that a run that dies leaves
+    none rather than stale ones; ValueError (``check_replaceable``) where ``path`` holds
+    anything else, which stays as it is."""
+    check_replaceable(path)
+    path.unlink(missing_ok=True)
+
+
+def write_json(path: Path, document: Mapping[str, object]) -> None:
+    """Write ``document`` to ``path`` atomically, as strict JSON readable by other users (a CI
+    artifact step), where ``check_replaceable`` allows it: a reader never sees half a file,
+    and a failed write leaves no file behind."""
+    text = json.dumps(plain(document), indent=2, allow_nan=False) + "\n"
+    check_replaceable(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A short name of its own, so that a long results name still has room; mode 0o666 less
+    # the umask, as any new file (mkstemp's 0o600 would hide the file from other users).
+    temporary = path.parent / f".cudagraph-results-{secrets.token_hex(8)}.tmp"
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
             file.write(text)
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
 import pytest
 from packaging.version import Version
 
+from pytest_cudagraph import results
 from pytest_cudagraph.engines import devices, rng, stack
 
 if TYPE_CHECKING:
@@ -228,18 +229,27 @@ MEMORY_BOUND: Setting[float | None] = Setting(
 
 
 def parse_results_path(value: object) -> Path:
-    """A file the results can be written to: a path that is not empty, not a folder, not under
-    a file, and whose nearest existing folder this process can create a file in (tried, so
-    that permissions, read-only mounts and root all answer truly)."""
+    """A file the results can be written to: a path that is not empty (``~`` expanded), free
+    or holding an earlier results file (``results.check_replaceable``: never a file of the
+    user's, a folder, a link or a FIFO), not under a file, and whose nearest existing folder
+    this process can create a file in (tried, so that permissions, read-only mounts and root
+    all answer truly)."""
     text = as_text(value)
     if not text.strip():
         raise ValueError("must be a file path, got an empty one")
-    path = Path(text)
-    if path.is_dir():
-        raise ValueError(f"is a folder; give a file path such as {path / 'results.json'}")
-    folder = next(parent for parent in path.absolute().parents if parent.exists())
-    if not folder.is_dir():
-        raise ValueError(f"is under {folder}, which is a file, not a folder")
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError as error:  # a ~user that names no user
+        raise ValueError(f"cannot expand ~ in it: {error}") from None
+    try:
+        folder = next(parent for parent in path.absolute().parents if parent.exists())
+        if not folder.is_dir():
+            raise ValueError(f"is under {folder}, which is a file, not a folder")
+        results.check_replaceable(path)
+    except OSError as error:  # a name too long, a folder that may not be searched
+        raise ValueError(
+            f"cannot be looked at: {error.strerror or error}; give another path"
+        ) from None
     try:
         handle, probe = tempfile.mkstemp(dir=folder, prefix=".cudagraph-probe-")
     except OSError as error:
@@ -252,8 +262,8 @@ def parse_results_path(value: object) -> Path:
 JSON: Setting[Path | None] = Setting(
     "json",
     "write the session's cudagraph results (each test's outcome, parity, memory, conformance, "
-    "stack, skips) to this JSON file; the file of an earlier run is removed when the session "
-    "starts",
+    "stack, skips) to this JSON file (~ expanded); only the results file of an earlier run "
+    "may be there, and it is removed when the session starts",
     parse=parse_results_path,
     metavar="PATH",
 )

@@ -4,10 +4,13 @@ built from them (each test's runs, the skips) and the "cudagraph" terminal summa
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import stat
 import subprocess
 import textwrap
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -568,10 +571,110 @@ def test_a_value_with_our_key_and_more_is_the_users() -> None:
     assert results.foreign_properties([ours, theirs]) == [list(theirs)]
 
 
-def test_a_failed_write_leaves_no_temporary_file(tmp_path: Path) -> None:
-    taken = tmp_path / "r.json"
-    (taken / "inside").mkdir(parents=True)  # a folder where the file goes: the rename fails
-    with pytest.raises(OSError):
-        results.write_json(taken, {"a": 1})
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["r.json"]
-    assert taken.is_dir()
+def test_a_failed_write_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full_disk(source: object, destination: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        results.write_json(tmp_path / "r.json", {"a": 1})
+    assert list(tmp_path.iterdir()) == []
+
+
+# What the results file may replace
+
+
+def earlier_results(path: Path) -> Path:
+    results.write_json(path, results.results_document([results.TESTS], [], None))
+    return path
+
+
+def user_file(path: Path) -> Path:
+    path.write_text('{"format": 2, "mine": true}')  # JSON, even of our format, but not ours
+    return path
+
+
+def empty_file(path: Path) -> Path:
+    path.touch()
+    return path
+
+
+def folder(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def link_to_results(path: Path) -> Path:
+    path.symlink_to(earlier_results(path.with_name("target.json")))
+    return path
+
+
+def link_to_stdout(path: Path) -> Path:
+    path.symlink_to("/proc/self/fd/1")
+    return path
+
+
+def fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def folder_state(folder: Path) -> dict[str, tuple[int, bytes | None]]:
+    """Each entry's mode and, for a regular file, its content (links and FIFOs not opened)."""
+    modes = {path: path.lstat().st_mode for path in folder.iterdir()}
+    return {
+        path.name: (mode, path.read_bytes() if stat.S_ISREG(mode) else None)
+        for path, mode in modes.items()
+    }
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (user_file, "holds a file that is not results of this plugin"),
+        (empty_file, "holds a file that is not results of this plugin"),
+        (folder, "is a folder; give a file path such as"),
+        (link_to_results, "is a symlink, never written through nor replaced"),
+        (link_to_stdout, "is a symlink, never written through nor replaced"),
+        (fifo, "is a FIFO (only the results file of an earlier run is ever replaced)"),
+    ],
+    ids=["user file", "empty file", "folder", "link to results", "link to stdout", "fifo"],
+)
+def test_only_an_earlier_results_file_is_ever_replaced(
+    tmp_path: Path, make: Callable[[Path], Path], problem: str
+) -> None:
+    path = make(tmp_path / "r.json")
+    before = folder_state(tmp_path)
+    for attempt in (
+        results.check_replaceable,
+        results.remove_earlier_results,
+        lambda path: results.write_json(path, {"format": 2}),
+    ):
+        with pytest.raises(ValueError, match=re.escape(problem)):
+            attempt(path)
+    assert folder_state(tmp_path) == before  # nothing written or removed, no temporary file
+
+
+def test_an_earlier_results_file_is_replaced_and_the_new_one_readable_by_others(
+    tmp_path: Path,
+) -> None:
+    path = earlier_results(tmp_path / "r.json")
+    results.check_replaceable(path)
+    results.check_replaceable(tmp_path / "free" / "r.json")
+    previous = os.umask(0o022)
+    try:
+        results.write_json(path, results.results_document([], [], None))
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # not mkstemp's 0o600: CI reads it
+    results.remove_earlier_results(path)
+    assert not path.exists()
+    results.remove_earlier_results(path)  # nothing there is fine too
+
+
+def test_a_long_results_name_leaves_room_for_the_temporary_file(tmp_path: Path) -> None:
+    path = tmp_path / ("r" * 250 + ".json")
+    results.write_json(path, {"a": 1})
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]

@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -175,7 +176,8 @@ def test_the_file_of_an_earlier_run_is_gone_before_any_test_runs(
     cpu_pytester: pytest.Pytester,
 ) -> None:
     """A run that dies part-way must leave no results behind, not the last run's."""
-    (cpu_pytester.path / "results.json").write_text('{"format": 2, "stale": true}')
+    stale = results.results_document([], [], None) | {"stale": True}
+    results.write_json(cpu_pytester.path / "results.json", stale)
     cpu_pytester.makepyfile(
         """
         from pathlib import Path
@@ -186,6 +188,49 @@ def test_the_file_of_an_earlier_run_is_gone_before_any_test_runs(
     )
     cpu_pytester.runpytest_inprocess("--cudagraph-json=results.json").assert_outcomes(passed=1)
     assert "stale" not in read_results(cpu_pytester)
+
+
+def test_what_is_not_our_results_is_never_replaced(cpu_pytester: pytest.Pytester) -> None:
+    """``pytest --cudagraph-json tests/test_b.py tests/test_a.py`` took the test file for the
+    option's value and wrote the results over it; a link and a FIFO went the same way."""
+    tests = cpu_pytester.mkdir("tests")
+    (tests / "test_a.py").write_text("def test_a(): pass\n")
+    (tests / "test_b.py").write_text("def test_b(): pass\n")
+    (cpu_pytester.path / "notes.txt").write_text("mine")
+    (cpu_pytester.path / "link.json").symlink_to("notes.txt")
+    os.mkfifo(cpu_pytester.path / "fifo.json")
+    for arguments, given, problem in (
+        (["--cudagraph-json", "tests/test_b.py", "tests/test_a.py"], "tests/test_b.py", "holds"),
+        (["--cudagraph-json=link.json"], "link.json", "is a symlink, never written through"),
+        (["--cudagraph-json=fifo.json"], "fifo.json", "is a FIFO (only the results file of"),
+    ):
+        result = cpu_pytester.runpytest_inprocess(*arguments)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"ERROR: --cudagraph-json={given!r}: {problem} *"])
+        assert "collected" not in result.stdout.str()
+    assert (tests / "test_b.py").read_text() == "def test_b(): pass\n"
+    assert (cpu_pytester.path / "notes.txt").read_text() == "mine"
+    assert (cpu_pytester.path / "link.json").is_symlink()
+    assert stat.S_ISFIFO((cpu_pytester.path / "fifo.json").lstat().st_mode)
+
+
+def test_a_file_of_the_users_made_during_the_run_is_kept_and_the_run_ends_as_it_would(
+    cpu_pytester: pytest.Pytester,
+) -> None:
+    cpu_pytester.makepyfile(
+        """
+        from pathlib import Path
+
+        def test_a():
+            Path("results.json").write_text("the user's own")
+        """
+    )
+    result = cpu_pytester.runpytest_inprocess("--cudagraph-json=results.json")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        ["cudagraph results NOT written to results.json: it holds a file that is not results *"]
+    )
+    assert (cpu_pytester.path / "results.json").read_text() == "the user's own"
 
 
 @pytest.mark.parametrize(

@@ -291,8 +291,10 @@ def test_a_setting_without_a_default_is_none_and_one_with_a_default_is_parsed() 
         ("  ", "must be a file path, got an empty one"),
         ("out", "is a folder; give a file path such as out/results.json"),
         ("notes.txt/results.json", "is under .*notes.txt, which is a file, not a folder"),
+        ("notes.txt", "holds a file that is not results of this plugin .*"),
+        ("x" * 300 + ".json", "cannot be looked at: File name too long; give another path"),
     ],
-    ids=["empty", "blank", "folder", "under a file"],
+    ids=["empty", "blank", "folder", "under a file", "a file of the user's", "a name too long"],
 )
 def test_a_results_path_must_be_a_file_that_can_be_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, problem: str
@@ -304,3 +306,13 @@ def test_a_results_path_must_be_a_file_that_can_be_written(
         settings.parse_results_path(given)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt", "out"]
     assert settings.parse_results_path("out/results.json") == Path("out/results.json")
+
+
+def test_a_results_path_expands_the_home_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--cudagraph-json=~/r.json``: no shell expands a ``~`` after ``=``."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert settings.parse_results_path("~/out/r.json") == tmp_path / "out" / "r.json"
+    assert not (tmp_path / "~").exists()
