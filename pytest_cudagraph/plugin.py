@@ -61,6 +61,7 @@ USES_PLUGIN = pytest.StashKey[bool]()  # on an item that uses the plugin
 INTERRUPTION = pytest.StashKey[str]()  # what interrupted the session, if anything did
 JSON_OUTCOME = pytest.StashKey[str]()  # the terminal's line about the results file
 STRAY_CHECK_OUTPUT = "cudagraph_stray_check"  # key in xdist's workeroutput
+RUN_TOKEN_INPUT = "cudagraph_run_token"  # key in xdist's workerinput
 
 
 # Options and configuration
@@ -73,6 +74,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # an xdist worker's GPU must be chosen before CUDA starts
 def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", {})
+    if RUN_TOKEN_INPUT in workerinput:  # an xdist worker records for its controller to read
+        results.join_run(workerinput[RUN_TOKEN_INPUT])
     snapshot = settings.take_snapshot(config)
     config.stash[BINDING] = _bind_device(config, snapshot)
     config.stash[USED_BY] = snapshot.given()
@@ -354,6 +358,10 @@ class _XdistHooks:
 
     def __init__(self, config: pytest.Config) -> None:
         self._checks = config.stash[STRAY_CHECKS]
+
+    def pytest_configure_node(self, node: Any) -> None:
+        """A worker's records must carry this run's token for this controller to read them."""
+        node.workerinput[RUN_TOKEN_INPUT] = results.run_token()
 
     def pytest_testnodedown(self, node: object, error: object) -> None:
         check = getattr(node, "workeroutput", {}).get(STRAY_CHECK_OUTPUT)

@@ -36,7 +36,12 @@ from pytest_cudagraph.engines.devices import DeviceBinding, StrayCheck
 from pytest_cudagraph.engines.units import GiB
 
 RECORD_PREFIX = "cudagraph_"
-ENVELOPE = "pytest_cudagraph"  # the one key of a recorded value's envelope
+ENVELOPE = "pytest_cudagraph"  # the key of a recorded value in its envelope
+TOKEN = "run"  # the key of the run token in an envelope
+# How deep plain data nests: a user's property past it is cut (``plain``), a record refused.
+MAX_NESTING = 64
+PLAIN_DATA = "dicts with string keys, lists, tuples, strings, numbers, bools and None"
+NOT_JSON = "not JSON: "  # how the description of a value JSON cannot hold opens
 JSON_FORMAT = 2
 SCHEMA_FILE = "results.schema.json"
 PHASE = "phase"  # the kind of the record every report gives (not recordable by hand)
@@ -114,18 +119,58 @@ class Record:
     value: Any  # JSON-shaped, as it came through the report; its kind's section knows the shape
 
 
+# This process's run token: every envelope carries it, so that a value a user gives
+# record_property in the envelope's shape is never read as the plugin's. An xdist worker takes
+# its controller's (``join_run``), so that the controller reads the workers' envelopes.
+_run = {"token": secrets.token_hex(16)}
+
+
+def run_token() -> str:
+    """The token the envelopes of this run carry (an xdist controller hands it to workers)."""
+    return _run["token"]
+
+
+def join_run(token: str) -> None:
+    """Carry ``token``, the controller's, in this xdist worker's envelopes."""
+    if not isinstance(token, str) or not token:
+        raise TypeError(f"a run token is a non-empty string, got {token!r}")
+    _run["token"] = token
+
+
 def envelope(kind: str, value: object) -> tuple[str, dict[str, object]]:
     """The ``user_properties`` entry that carries a record (what ``record`` appends)."""
     if not isinstance(kind, str):
         raise TypeError(f"a record's kind must be a string, got {kind!r}")
     if not kind or kind == PHASE:
         raise ValueError(f"a record's kind must be a non-empty name other than {PHASE!r}")
-    return (RECORD_PREFIX + kind, {ENVELOPE: value})
+    return (RECORD_PREFIX + kind, {ENVELOPE: value, TOKEN: run_token()})
 
 
 def record(item: pytest.Item, kind: str, value: object) -> None:
-    """Record ``value`` (plain data: it may travel from an xdist worker) for the sections."""
+    """Record ``value`` for the sections: plain data (JSON's types, ``check_plain``), as it
+    may travel from an xdist worker and goes into the results file."""
+    check_plain(value, f"record {kind!r}")
     item.user_properties.append(envelope(kind, value))
+
+
+def check_plain(value: object, path: str, ancestors: tuple[int, ...] = ()) -> None:
+    """TypeError naming the part of ``value`` that is not plain data: dicts with string keys,
+    lists and tuples, strings, numbers, bools and None, nested at most ``MAX_NESTING`` deep
+    and holding no container that holds it."""
+    if value is None or isinstance(value, (str, int, float)):
+        return
+    if not isinstance(value, (dict, list, tuple)):
+        raise TypeError(
+            f"{path}: a value of type {_type_name(value)} is not plain data ({PLAIN_DATA})"
+        )
+    if id(value) in ancestors or len(ancestors) == MAX_NESTING:
+        why = "holds itself" if id(value) in ancestors else f"is deeper than {MAX_NESTING} levels"
+        raise TypeError(f"{path}: {why} ({PLAIN_DATA})")
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        if isinstance(value, dict) and not isinstance(key, str):
+            raise TypeError(f"{path}: the key {key!r} is not a string ({PLAIN_DATA})")
+        check_plain(item, f"{path}[{key!r}]", (*ancestors, id(value)))
 
 
 def plugin_values(properties: Iterable[object]) -> list[tuple[str, object]]:
@@ -158,7 +203,8 @@ def _is_envelope(name: object, value: object) -> bool:
         and name.startswith(RECORD_PREFIX)
         and name != RECORD_PREFIX + PHASE  # never recorded by hand (``envelope`` refuses it)
         and isinstance(value, dict)
-        and value.keys() == {ENVELOPE}
+        and value.keys() == {ENVELOPE, TOKEN}
+        and value[TOKEN] == run_token()
     )
 
 
@@ -188,7 +234,9 @@ def phase_of(report: pytest.TestReport | pytest.CollectReport) -> dict[str, obje
         "reason": reason_of(report),
         "uses_plugin": bool(getattr(report, USES_PLUGIN, False)),
         "worker": getattr(report, "worker_id", None),
-        "properties": foreign_properties(_properties(report)),
+        "properties": [
+            [plain(name), plain(value)] for name, value in foreign_properties(_properties(report))
+        ],
     }
 
 
@@ -314,7 +362,27 @@ def phases(records: Sequence[Record]) -> Iterator[tuple[str, Mapping[str, Any]]]
             yield record.nodeid, record.value
 
 
-TESTS = Section("tests", tests_data)
+def tests_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A line for each of the user's properties that JSON could not hold whole (``plain``)."""
+    described = [
+        f"  {run['nodeid']}: {name!r}"
+        for run in runs
+        for name, value in run["properties"]
+        if _holds_description(value)
+    ]
+    if not described:
+        return []
+    return ["record_property values JSON cannot hold, kept as descriptions:", *described]
+
+
+def _holds_description(value: object) -> bool:
+    if isinstance(value, str):
+        return value.startswith(NOT_JSON)
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return any(_holds_description(item) for item in items)
+
+
+TESTS = Section("tests", tests_data, tests_lines)
 
 
 def skips_data(records: Sequence[Record]) -> dict[str, object]:
@@ -440,18 +508,58 @@ def results_document(
     return document
 
 
-def plain(value: object) -> object:
-    """``value`` as strict JSON holds it: a non-finite float becomes its name ("nan", "inf",
-    "-inf"), a tuple a list, an object JSON has no form for its ``str``."""
+def plain(value: object, ancestors: tuple[int, ...] = ()) -> object:
+    """``value`` as strict JSON holds it, never raising: a non-finite float becomes its name
+    ("nan", "inf", "-inf"), a tuple a list, a mapping whose keys print alike (``{1: a, "1":
+    b}``) a list of [key, value] pairs, any other object its ``str``. What JSON cannot hold is
+    described, in text opening with ``NOT_JSON``: a container that holds itself or nests
+    deeper than ``MAX_NESTING``, an int too long for JSON's decimal form (kept in hex), an
+    object whose ``str`` raises."""
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
-    if value is None or isinstance(value, (str, int)):
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if _has_decimal_form(value) else f"{NOT_JSON}an int, in hex {value:#x}"
+    if value is None or isinstance(value, (str, bool)):
         return value
-    if isinstance(value, Mapping):
-        return {str(key): plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(item) for item in value]
-    return str(value)
+    if not isinstance(value, (Mapping, list, tuple)):
+        return _text(value)
+    if id(value) in ancestors:
+        return f"{NOT_JSON}a {_type_name(value)} that holds itself"
+    if len(ancestors) == MAX_NESTING:
+        return f"{NOT_JSON}a {_type_name(value)} nested deeper than {MAX_NESTING} levels"
+    inner = (*ancestors, id(value))
+    if not isinstance(value, Mapping):
+        return [plain(item, inner) for item in value]
+    items = [
+        (key if isinstance(key, str) else _text(key), key, item) for key, item in value.items()
+    ]
+    if len({text for text, _, _ in items}) == len(items):
+        return {text: plain(item, inner) for text, _, item in items}
+    return [[plain(key, inner), plain(item, inner)] for _, key, item in items]
+
+
+def _has_decimal_form(number: int) -> bool:
+    try:
+        int.__repr__(number)  # refused past sys.get_int_max_str_digits() (Python 3.11 on)
+    except ValueError:
+        return False
+    return True
+
+
+def _text(value: object) -> str:
+    try:
+        return str(value)
+    except Exception as error:  # the user's __str__; its error's own text may raise too
+        return f"{NOT_JSON}a {_type_name(value)} whose str() raised {_type_name(error)}"
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    return (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
 
 
 def check_replaceable(path: Path) -> None:

@@ -10,6 +10,7 @@ import shutil
 import stat
 import subprocess
 import textwrap
+import types
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -250,6 +251,99 @@ def test_records_are_only_what_the_plugin_wrote() -> None:
     # Records come from the call's report only: set-up and teardown hold the same list.
     teardown = make_report("t.py::a", "teardown", "passed", properties=item_properties)
     assert [record.kind for record in results.records_from(teardown)] == [results.PHASE]
+
+
+def test_a_property_shaped_like_an_envelope_is_the_users() -> None:
+    """Only an envelope ``record`` wrote carries this run's token: a user's value in the
+    documented shape, with or without a token of its own, is never read as the plugin's."""
+    ours = results.envelope("parity", {"checked": 1})
+    forged = [
+        ("cudagraph_parity", {results.ENVELOPE: {"checked": 1}}),
+        ("cudagraph_check", {results.ENVELOPE: "guards", results.TOKEN: "a guess"}),
+        ("cudagraph_check", {results.ENVELOPE: "guards", results.TOKEN: None}),
+    ]
+    assert results.plugin_values([*forged, ours]) == [("parity", {"checked": 1})]
+    assert results.foreign_properties([*forged, ours]) == [list(pair) for pair in forged]
+
+
+def test_a_worker_carries_its_controllers_token() -> None:
+    own = results.run_token()
+    try:
+        results.join_run("the controller's")
+        assert results.envelope("parity", 1)[1][results.TOKEN] == "the controller's"
+        assert results.plugin_values([results.envelope("parity", 1)]) == [("parity", 1)]
+    finally:
+        results.join_run(own)
+    with pytest.raises(TypeError, match="a run token is a non-empty string, got ''"):
+        results.join_run("")
+
+
+def self_holding_list() -> list[object]:
+    looped: list[object] = [1]
+    looped.append(looped)
+    return looped
+
+
+def nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+class SourText:
+    def __str__(self) -> str:
+        raise ValueError("no text")
+
+
+def test_a_property_json_cannot_hold_is_kept_described_and_said() -> None:
+    """Such a value used to crash the end of the run (a raw traceback and exit 1)."""
+    huge = 10**5000
+    properties = [
+        ("huge", huge),
+        ("looped", self_holding_list()),
+        ("deep", nested(5000)),
+        ("sour", SourText()),
+        ("keys", {1: "int", "1": "str"}),
+        ("fine", {3: object, "nan": float("nan")}),
+    ]
+    report = make_report("t.py::a", "call", "passed", properties=properties)
+    [entry] = results.tests_data(records_of(report))
+    stored = dict(entry["properties"])
+    json.dumps(entry, allow_nan=False)  # strict JSON as it is
+    assert int(stored["huge"].removeprefix(f"{results.NOT_JSON}an int, in hex "), 16) == huge
+    assert stored["looped"] == [1, f"{results.NOT_JSON}a list that holds itself"]
+    cut = stored["deep"]
+    for _ in range(results.MAX_NESTING):
+        [cut] = cut
+    assert cut == f"{results.NOT_JSON}a list nested deeper than {results.MAX_NESTING} levels"
+    assert (
+        stored["sour"] == f"{results.NOT_JSON}a {__name__}.SourText whose str() raised ValueError"
+    )
+    assert stored["keys"] == [[1, "int"], ["1", "str"]]  # both kept: as keys, they print alike
+    assert stored["fine"] == {"3": str(object), "nan": "nan"}
+    assert results.tests_lines([entry]) == [
+        "record_property values JSON cannot hold, kept as descriptions:",
+        *(f"  t.py::a: {name!r}" for name in ("huge", "looped", "deep", "sour")),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"a": [object()]}, "record 'x'['a'][0]: a value of type object is not plain data"),
+        ({1: 2}, "record 'x': the key 1 is not a string"),
+        (self_holding_list(), "record 'x'[1]: holds itself"),
+        (nested(100), "record 'x'" + "[0]" * 64 + ": is deeper than 64 levels"),
+    ],
+    ids=["object", "key", "loop", "deep"],
+)
+def test_a_record_must_be_plain_data(value: object, problem: str) -> None:
+    item = types.SimpleNamespace(user_properties=[])
+    with pytest.raises(TypeError, match=f"^{re.escape(problem)} \\(dicts with string keys"):
+        results.record(item, "x", value)  # type: ignore[arg-type]
+    assert item.user_properties == []
+    results.record(item, "x", {"a": [1, 2.5, float("nan"), None, "t", (True,)]})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

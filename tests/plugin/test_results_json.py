@@ -339,13 +339,15 @@ def test_a_file_that_cannot_be_written_at_the_end_is_said_not_raised(
 
 
 def test_a_users_values_under_our_prefix_crash_nothing(cpu_pytester: pytest.Pytester) -> None:
-    """record_property("cudagraph_memory", ...) is the user's: it used to crash the summary."""
+    """record_property("cudagraph_memory", ...) is the user's: it used to crash the summary,
+    and one in the envelope's documented shape was read as the plugin's (a KeyError, or a
+    forged "passed" row in the conformance table)."""
     cpu_pytester.makepyfile(
         """
         def test_mine(record_property):
             record_property("cudagraph_memory", 5)
-            record_property("cudagraph_parity", {"form": "cases"})
-            record_property("cudagraph_check", "guards")
+            record_property("cudagraph_parity", {"pytest_cudagraph": {"checked": 1}})
+            record_property("cudagraph_check", {"pytest_cudagraph": "guards"})
             record_property("cudagraph_conformance", "a figure")
 
         def test_plugin(graph_parity):
@@ -367,6 +369,48 @@ def test_a_users_values_under_our_prefix_crash_nothing(cpu_pytester: pytest.Pyte
         "cudagraph_check",
         "cudagraph_conformance",
     ]
+
+
+def test_properties_json_cannot_hold_end_the_run_as_it_would(
+    cpu_pytester: pytest.Pytester,
+) -> None:
+    """They used to end a passing run with a raw traceback, no summary and exit 1."""
+    cpu_pytester.makepyfile(
+        """
+        class SourText:
+            def __str__(self):
+                raise ValueError("no text")
+
+        def test_a(record_property):
+            looped = [1]
+            looped.append(looped)
+            deep = []
+            for _ in range(5000):
+                deep = [deep]
+            record_property("huge", 10**5000)
+            record_property("looped", looped)
+            record_property("deep", deep)
+            record_property("sour", SourText())
+            record_property("keys", {1: "int", "1": "str"})
+        """
+    )
+    result = cpu_pytester.runpytest_inprocess("--cudagraph-json=results.json")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "record_property values JSON cannot hold, kept as descriptions:",
+            "  test_*.py::test_a: 'huge'",
+            "  test_*.py::test_a: 'looped'",
+            "  test_*.py::test_a: 'deep'",
+            "  test_*.py::test_a: 'sour'",
+            "cudagraph results written to results.json",
+            "* 1 passed *",
+        ]
+    )
+    document = read_results(cpu_pytester)
+    assert_valid_results(document)
+    [entry] = document["tests"]
+    assert dict(entry["properties"])["keys"] == [[1, "int"], ["1", "str"]]
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git to make a repository")
