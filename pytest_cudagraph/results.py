@@ -622,12 +622,15 @@ def write_json(path: Path, document: Mapping[str, object]) -> None:
 
 
 def read_document(path: Path) -> dict[str, object]:
-    """A results file written by this plugin's format; ValueError naming the file otherwise
-    (OSError where it cannot be read)."""
+    """A results file of this plugin's format: a JSON object of format ``JSON_FORMAT``;
+    ValueError naming the file otherwise (OSError where it cannot be read). Whether every
+    section is there and of its type is ``check_document``'s."""
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: not JSON ({error})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: nested deeper than a JSON reader goes") from None
     if not isinstance(document, dict):
         raise ValueError(f"{path}: a results document is a JSON object, got {type(document)}")
     if document.get("format") != JSON_FORMAT:
@@ -638,7 +641,90 @@ def read_document(path: Path) -> dict[str, object]:
     return document
 
 
+def check_document(document: Mapping[str, object], path: Path) -> None:
+    """ValueError naming the file and the first part of ``document`` that is not as
+    ``results.schema.json`` describes it (a section missing or of another type)."""
+    problem = schema_problem(document, schema())
+    if problem:
+        raise ValueError(f"{path}: not results as {SCHEMA_FILE} describes them: {problem}")
+
+
 def schema() -> dict[str, object]:
     """The JSON Schema of a results document (shipped beside this module)."""
     text = importlib.resources.files("pytest_cudagraph").joinpath(SCHEMA_FILE).read_text("utf-8")
     return json.loads(text)
+
+
+# What each JSON Schema type name admits (a bool is no number, as in JSON).
+JSON_TYPES: dict[str, Callable[[object], bool]] = {
+    "object": lambda value: isinstance(value, dict),
+    "array": lambda value: isinstance(value, list),
+    "string": lambda value: isinstance(value, str),
+    "boolean": lambda value: isinstance(value, bool),
+    "null": lambda value: value is None,
+    "integer": lambda value: isinstance(value, int) and not isinstance(value, bool),
+    "number": lambda value: isinstance(value, (int, float)) and not isinstance(value, bool),
+}
+
+
+def schema_problem(value: object, rule: Mapping[str, Any], path: str = "document") -> str:
+    """The first way ``value`` breaks ``rule`` ("" when it keeps it), for the keywords
+    ``results.schema.json`` uses; it descends only where the schema does, so a value's own
+    depth does not matter."""
+    if "oneOf" in rule:  # in results.schema.json, forms of different types: take its type's
+        forms = [form for form in rule["oneOf"] if _typed(value, form)]
+        if len(forms) != 1:
+            names = [name for form in rule["oneOf"] for name in _type_names(form)]
+            return f"{path}: must be {' or '.join(names)}, got {_json_type(value)}"
+        rule = forms[0]
+    if "const" in rule and value != rule["const"]:
+        return f"{path}: must be {rule['const']!r}, got {value!r}"
+    if "enum" in rule and value not in rule["enum"]:
+        return f"{path}: must be one of {', '.join(map(repr, rule['enum']))}, got {value!r}"
+    if "type" in rule and not _typed(value, rule):
+        return f"{path}: must be {' or '.join(_type_names(rule))}, got {_json_type(value)}"
+    if isinstance(value, str):
+        if len(value) < rule.get("minLength", 0):
+            return f"{path}: must not be empty"
+        if "pattern" in rule and re.search(rule["pattern"], value) is None:
+            return f"{path}: {value!r} does not match {rule['pattern']}"
+    if JSON_TYPES["number"](value):
+        if "minimum" in rule and value < rule["minimum"]:
+            return f"{path}: must be at least {rule['minimum']}, got {value}"
+        if "exclusiveMinimum" in rule and value <= rule["exclusiveMinimum"]:
+            return f"{path}: must be more than {rule['exclusiveMinimum']}, got {value}"
+    if isinstance(value, list):
+        fewest, most = rule.get("minItems", 0), rule.get("maxItems", len(value))
+        if not fewest <= len(value) <= most:
+            return f"{path}: must hold {fewest} to {most} items, holds {len(value)}"
+        for index, item in enumerate(value):
+            problem = schema_problem(item, rule.get("items", {}), f"{path}[{index}]")
+            if problem:
+                return problem
+    if isinstance(value, dict):
+        missing = [key for key in rule.get("required", ()) if key not in value]
+        if missing:
+            return f"{path}: {missing[0]!r} is missing"
+        known = rule.get("properties", {})
+        others = rule.get("additionalProperties", {})
+        for key, item in value.items():
+            if key not in known and others is False:
+                return f"{path}: {key!r} is not one of its keys ({', '.join(known)})"
+            item_rule = known.get(key, others if isinstance(others, dict) else {})
+            problem = schema_problem(item, item_rule, f"{path}[{key!r}]")
+            if problem:
+                return problem
+    return ""
+
+
+def _type_names(rule: Mapping[str, Any]) -> list[str]:
+    names = rule.get("type", list(JSON_TYPES))
+    return [names] if isinstance(names, str) else list(names)
+
+
+def _typed(value: object, rule: Mapping[str, Any]) -> bool:
+    return any(JSON_TYPES[name](value) for name in _type_names(rule))
+
+
+def _json_type(value: object) -> str:
+    return next((name for name, admits in JSON_TYPES.items() if admits(value)), _type_name(value))

@@ -63,7 +63,10 @@ def test_failing():
 
 
 def read_results(pytester: pytest.Pytester, name: str = "results.json") -> dict:
-    return json.loads((pytester.path / name).read_text())
+    """The file as ``pytest-cudagraph report`` reads it (its own check against the schema)."""
+    document = results.read_document(pytester.path / name)
+    results.check_document(document, pytester.path / name)
+    return document
 
 
 def dicts_in(value: object) -> Iterator[dict]:
@@ -461,7 +464,9 @@ def test_the_schema_is_a_valid_schema_and_refuses_what_is_not_results() -> None:
         "a date that is not ISO 8601": lambda d: d.update(date="Mon Jun 1 12:00:00 2025"),
     }
     validator = jsonschema.Draft202012Validator(results.schema())
+    assert results.schema_problem(valid, results.schema()) == ""  # the plugin's own reading
     for name, breaking in broken.items():
         document = json.loads(json.dumps(valid))
         breaking(document)
         assert not validator.is_valid(document), name
+        assert results.schema_problem(document, results.schema()), name
