@@ -52,7 +52,6 @@ STRAY_CONTEXTS = "stray_contexts"
 # Set on a report of a test that uses the plugin (its markers, fixtures or conformance
 # checks); a plain attribute, so it travels from xdist workers.
 USES_PLUGIN = "cudagraph_uses_plugin"
-REASON_LENGTH = 200
 GIT_SECONDS = 10
 # Every results file this plugin writes, of any format, opens with these keys in this order:
 # how an earlier results file is told from a file of the user's at the same path.
@@ -225,7 +224,7 @@ def _properties(report: pytest.TestReport | pytest.CollectReport) -> list[object
 
 
 def phase_of(report: pytest.TestReport | pytest.CollectReport) -> dict[str, object]:
-    """One report as plain data: its phase, outcome (as pytest counts it), seconds, one-line
+    """One report as plain data: its phase, outcome (as pytest counts it), seconds, whole
     reason, whether its test uses the plugin, and the user's own properties."""
     return {
         "when": report.when,
@@ -254,13 +253,14 @@ def outcome_of(report: pytest.TestReport | pytest.CollectReport) -> str:
 
 
 def reason_of(report: pytest.TestReport | pytest.CollectReport) -> str:
-    """Why the report is not a plain pass, in one line ("" for a pass)."""
+    """Why the report is not a plain pass, whole ("" for a pass): the failure's message, the
+    skip's or the xfail's reason (``one_line`` gives it in one line)."""
     if hasattr(report, "wasxfail"):
-        return first_line(str(report.wasxfail))
+        return str(report.wasxfail).strip()
     if report.passed:
         return ""
     skip = skip_reason(report)
-    return first_line(skip) if skip is not None else failure_line(report)
+    return skip.strip() if skip is not None else failure_reason(report)
 
 
 def skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str | None:
@@ -271,15 +271,20 @@ def skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str | None:
     return str(report.longrepr[2]).removeprefix("Skipped: ")
 
 
-def failure_line(report: pytest.TestReport | pytest.CollectReport) -> str:
-    """The first line of what failed: the exception's message, else the report's text."""
+def failure_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    """What failed, every line of it: the exception's message, else the report's text."""
     crash = getattr(report.longrepr, "reprcrash", None)
-    return first_line(crash.message if crash is not None else str(report.longrepr or ""))
+    return (crash.message if crash is not None else str(report.longrepr or "")).strip()
 
 
-def first_line(text: str) -> str:
-    stripped = text.strip()
-    return stripped.splitlines()[0][:REASON_LENGTH] if stripped else ""
+def one_line(reason: str) -> str:
+    """A reason in one line, for a table row or a summary line: its first line, and where that
+    line only introduces what follows ("1 of 2 dry calls failed:"), the first thing it
+    introduces, so that the line names a problem."""
+    lines = [line.strip() for line in reason.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return f"{lines[0]} {lines[1]}"
+    return lines[0] if lines else ""
 
 
 # Sections
@@ -404,7 +409,7 @@ def skips_lines(data: object) -> list[str]:
         return []
     return [
         "skips by reason:",
-        *(f"  {entry['count']} x {entry['reason']}" for entry in data["by_reason"]),
+        *(f"  {entry['count']} x {one_line(entry['reason'])}" for entry in data["by_reason"]),
     ]
 
 

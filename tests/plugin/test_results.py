@@ -346,6 +346,45 @@ def test_a_record_must_be_plain_data(value: object, problem: str) -> None:
     results.record(item, "x", {"a": [1, 2.5, float("nan"), None, "t", (True,)]})  # type: ignore[arg-type]
 
 
+DRY_RUN_FAILURE = (
+    "AssertionError: 2 of 2 dry calls failed:\n"
+    "  case 0: eager on key (1, 64): KeyError: 'hidden'\n"
+    "  case 1: eager on key (2, 64): KeyError: 'hidden'\n"
+    'assert not ["case 0: ..."]'
+)
+
+
+def test_a_failure_reason_keeps_every_line() -> None:
+    """It used to be cut to its first line, "AssertionError: 2 of 2 dry calls failed:", which
+    names no case and no error."""
+    crash = types.SimpleNamespace(reprcrash=types.SimpleNamespace(message=DRY_RUN_FAILURE))
+    report = make_report("t.py::a", "call", "failed", crash)
+    assert results.failure_reason(report) == results.reason_of(report) == DRY_RUN_FAILURE
+    assert results.tests_data(records_of(report))[0]["reason"] == DRY_RUN_FAILURE
+
+
+@pytest.mark.parametrize(
+    ("reason", "line"),
+    [
+        (
+            DRY_RUN_FAILURE,
+            "AssertionError: 2 of 2 dry calls failed: case 0: eager on key (1, "
+            "64): KeyError: 'hidden'",
+        ),
+        ("AssertionError: lock held\nmore", "AssertionError: lock held"),
+        (
+            "needs CUDA: torch.cuda.is_available() is False",
+            "needs CUDA: torch.cuda.is_available() is False",
+        ),
+        ("\n  \nValueError: late\n", "ValueError: late"),
+        ("", ""),
+    ],
+    ids=["a header and its problems", "a message and more", "one line", "blank lines", "none"],
+)
+def test_one_line_of_a_reason_names_its_first_problem(reason: str, line: str) -> None:
+    assert results.one_line(reason) == line
+
+
 @pytest.mark.parametrize(
     ("kind", "error", "message"),
     [
@@ -383,14 +422,14 @@ def test_each_run_of_a_test_is_one_entry_and_its_first_failure_stands() -> None:
         make_report("t.py::a", "call", "passed", properties=[("speed", 2)]),
         make_report("t.py::a", "teardown", "passed", properties=[("speed", 2)]),
     )
-    assert results.failure_line(failed) == "AssertionError: 1 != 2"
+    assert results.failure_reason(failed) == "AssertionError: 1 != 2\nmore"
     assert entries == [
         {
             "nodeid": "t.py::a",
             "outcome": "failed",
             "when": "call",
             "duration": 1.75,
-            "reason": "AssertionError: 1 != 2",
+            "reason": "AssertionError: 1 != 2\nmore",
             "properties": [],
         },
         {
@@ -476,7 +515,7 @@ def test_a_collection_error_is_an_entry_and_a_passing_collection_none() -> None:
             "outcome": "error",
             "when": "collect",
             "duration": 0.0,
-            "reason": "ImportError: no module x",
+            "reason": "ImportError: no module x\nmore",
             "properties": [],
         }
     ]

@@ -127,7 +127,8 @@ def test_results_hold_each_section_once(cpu_pytester: pytest.Pytester, xdist: li
         "test_plain": "passed",
         "test_failing": "failed",
     }
-    assert tests["test_failing"]["reason"] == "AssertionError: one is not two"
+    # The whole message: pytest's explanation of the assertion follows the test's own words.
+    assert tests["test_failing"]["reason"] == "AssertionError: one is not two\nassert 1 == 2"
     assert tests["test_failing"]["when"] == "call"
     assert tests["test_plain_skip"]["reason"] == "not today"
     assert tests["test_plain"]["properties"] == [["speed", 1.5]]
