@@ -251,8 +251,7 @@ class _RecordGatherer:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         records = results.records_from(report)
         self._records.extend(records)
-        recorded = any(record.kind != results.PHASE for record in records)
-        if recorded or getattr(report, results.USES_PLUGIN, False):
+        if any(record.kind == results.PHASE and record.value["uses_plugin"] for record in records):
             self._used_by.append(report.nodeid)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:

@@ -225,13 +225,15 @@ def _properties(report: pytest.TestReport | pytest.CollectReport) -> list[object
 
 def phase_of(report: pytest.TestReport | pytest.CollectReport) -> dict[str, object]:
     """One report as plain data: its phase, outcome (as pytest counts it), seconds, whole
-    reason, whether its test uses the plugin, and the user's own properties."""
+    reason, whether its test uses the plugin (a marker or fixture of it, or a record for it,
+    as each conformance check holds from collection on), and the user's own properties."""
+    recorded = bool(plugin_values(_properties(report)))
     return {
         "when": report.when,
         "outcome": outcome_of(report),
         "duration": float(getattr(report, "duration", 0.0)),
         "reason": reason_of(report),
-        "uses_plugin": bool(getattr(report, USES_PLUGIN, False)),
+        "uses_plugin": recorded or bool(getattr(report, USES_PLUGIN, False)),
         "worker": getattr(report, "worker_id", None),
         "properties": [
             [plain(name), plain(value)] for name, value in foreign_properties(_properties(report))

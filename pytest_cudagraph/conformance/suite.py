@@ -141,7 +141,7 @@ class ConformanceTable:
             return []
         assert isinstance(data, Mapping)
         rows = [CheckRow(**row) for row in data["rows"]]
-        counts = Counter("failed" if row.verdict in FAILED else row.verdict for row in rows)
+        counts = Counter(row.verdict.lower() for row in rows)  # pytest's words: failed, error
         tally = ", ".join(f"{count} {verdict}" for verdict, count in sorted(counts.items()))
         return [f"conformance of {data['target']} ({tally}):", *format_table(rows)]
 

@@ -85,6 +85,8 @@ def test_cpu_checks_pass_and_gpu_checks_skip_saying_why(
     ]
     assert len(skipped_rows) == len(GPU_CHECKS)
     assert all(line.endswith(NEEDS_CUDA) for line in skipped_rows)
+    # Each skip counts, that of a check requesting no fixture of the plugin's too.
+    result.stdout.fnmatch_lines(["skips by reason:", f"  {len(GPU_CHECKS)} x {NEEDS_CUDA}"])
 
 
 def test_a_bad_spec_stops_the_run_before_it_starts(
@@ -281,7 +283,7 @@ def test_an_error_at_set_up_is_an_error_row_with_its_reason() -> None:
         None,
         "Failed: the target's lock was held before this check",
     )
-    assert table.lines(table.data())[0] == "conformance of mine:make (1 failed):"
+    assert table.lines(table.data())[0] == "conformance of mine:make (1 error):"  # as pytest says
 
 
 @pytest.mark.parametrize(

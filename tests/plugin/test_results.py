@@ -226,6 +226,23 @@ def test_the_skip_total_counts_skips_not_reasons() -> None:
     }
 
 
+def test_a_skip_of_a_test_that_records_for_the_plugin_counts() -> None:
+    """A conformance check that requests no fixture of the plugin (device binding) is labelled
+    by a record from collection on: its skip at set-up used to go uncounted."""
+    label = results.envelope("check", "device binding")
+    skipped = make_report(
+        "t.py::binding",
+        "setup",
+        "skipped",
+        ("t.py", 3, "Skipped: needs 2 GPUs"),
+        properties=[label],
+    )
+    assert results.skips_data(records_of(skipped)) == {
+        "total": 1,
+        "by_reason": [{"reason": "needs 2 GPUs", "count": 1}],
+    }
+
+
 def test_records_are_only_what_the_plugin_wrote() -> None:
     """A user's ``record_property`` under our prefix is the user's: kept among the test's own
     properties, never read as a record (it used to crash the summary)."""
