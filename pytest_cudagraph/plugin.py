@@ -62,6 +62,9 @@ INTERRUPTION = pytest.StashKey[str]()  # what interrupted the session, if anythi
 JSON_OUTCOME = pytest.StashKey[str]()  # the terminal's line about the results file
 STRAY_CHECK_OUTPUT = "cudagraph_stray_check"  # key in xdist's workeroutput
 RUN_TOKEN_INPUT = "cudagraph_run_token"  # key in xdist's workerinput
+# The conformance wing's pytest plugin: its entry point's name (pyproject.toml) and module.
+CONFORMANCE_ENTRY_POINT = "pytest_cudagraph_conformance"
+CONFORMANCE_PLUGIN = "pytest_cudagraph.conformance.suite"
 
 
 # Options and configuration
@@ -99,6 +102,21 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(bench.BenchmarkHooks(), "cudagraph-benchmark")
     else:
         config.pluginmanager.register(bench.MissingBenchmark(), "cudagraph-benchmark-missing")
+    _load_conformance_wing(config.pluginmanager)
+
+
+def _load_conformance_wing(manager: pytest.PytestPluginManager) -> None:
+    """The plugin loads whole: with PYTEST_DISABLE_PLUGIN_AUTOLOAD=1, ``-p pytest_cudagraph``
+    loads this module alone, so the wing's plugin is registered here where it is not yet (by
+    module name: nothing of the wing is imported by this module). Entry points load before
+    pytest_configure, so one registered under the entry point's name is found here. Its
+    pytest_configure, a historic hook, runs as it is registered, after this one."""
+    wing = sys.modules.get(CONFORMANCE_PLUGIN)
+    if manager.is_blocked(CONFORMANCE_ENTRY_POINT) or (
+        wing is not None and manager.is_registered(wing)
+    ):
+        return
+    manager.import_plugin(CONFORMANCE_PLUGIN)
 
 
 def _bind_device(config: pytest.Config, snapshot: settings.Snapshot) -> devices.DeviceBinding:
