@@ -319,18 +319,16 @@ def _write_results(session: pytest.Session, path: Path) -> str:
     config = session.config
     end = results.session_end(session.exitstatus, _stopped(session))
     records = config.stash[RECORDS]
-    document = results.results_document(
-        _sections(config),
-        records,
-        results.stack_facts(),
-        session=end,
-        commit=results.commit_of(config.rootpath),
-    )
     try:
+        document = results.results_document(
+            _sections(config),
+            records,
+            results.stack_facts(),
+            session=end,
+            commit=results.commit_of(config.rootpath),
+        )
         results.write_json(path, document)
-    except ValueError as error:  # the path came to hold something not ours meanwhile
-        return f"cudagraph results NOT written to {path}: it {error}"
-    except OSError as error:
+    except (OSError, ValueError) as error:  # a section that failed, a path now not ours
         return f"cudagraph results NOT written to {path}: {error}"
     partial = "" if end.complete else f" (partial: {end.stopped or end.exit})"
     return f"cudagraph results written to {path}{partial}"

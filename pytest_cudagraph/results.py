@@ -302,12 +302,41 @@ class Section:
     data: Callable[[Sequence[Record]], object | None]
     lines: Callable[[Any], list[str]] = lambda data: []  # takes what ``data`` gave
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"a section's name must be a non-empty string, got {self.name!r}")
+        for part in ("data", "lines"):
+            if not callable(getattr(self, part)):
+                raise TypeError(f"section {self.name!r}: {part} must be callable")
+
+    def data_of(self, records: Sequence[Record]) -> object:
+        """``data(records)``; a ValueError naming the section where it raises."""
+        try:
+            return self.data(records)
+        except Exception as error:
+            raise ValueError(
+                f"the {self.name!r} section's data failed: {_failure(error)}"
+            ) from error
+
+    def summary(self, records: Sequence[Record]) -> list[str]:
+        """The section's summary lines; one that fails, or gives anything but a list of
+        strings, says so in a line rather than ending the run's summary."""
+        try:
+            lines = self.lines(self.data(records))
+        except Exception as error:
+            return [f"the {self.name!r} section's summary failed: {_failure(error)}"]
+        if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
+            return [f"the {self.name!r} section's lines must be a list of strings"]
+        return lines
+
 
 SECTIONS = pytest.StashKey[list[Section]]()
 
 
 def add_section(config: pytest.Config, section: Section) -> None:
     """Add ``section`` to the session's results, after those added before it."""
+    if not isinstance(section, Section):
+        raise TypeError(f"add_section takes a results.Section, got {_type_name(section)}")
     sections = config.stash.setdefault(SECTIONS, [])
     if section.name in DOCUMENT_KEYS | {TESTS.name, SKIPS.name, STRAY_CONTEXTS}:
         raise ValueError(f"{section.name!r} is a name the results document keeps for itself")
@@ -433,7 +462,7 @@ def stray_lines(checks: Sequence[StrayCheck], mode: str) -> list[str]:
 
 def summary_lines(sections: Sequence[Section], records: Sequence[Record]) -> list[str]:
     """The "cudagraph" terminal summary: each section's lines, in order."""
-    return [line for section in sections for line in section.lines(section.data(records))]
+    return [line for section in sections for line in section.summary(records)]
 
 
 # The document
@@ -511,7 +540,7 @@ def results_document(
         "stack": asdict(facts) if facts is not None else None,
     }
     for section in sections:
-        document[section.name] = section.data(records)
+        document[section.name] = section.data_of(records)
     return document
 
 
@@ -554,10 +583,15 @@ def _has_decimal_form(number: int) -> bool:
 
 
 def _text(value: object) -> str:
+    """``str(value)``, or a description where the user's ``__str__`` raises."""
     try:
         return str(value)
-    except Exception as error:  # the user's __str__; its error's own text may raise too
+    except Exception as error:  # its error's own text may raise too: named by its type
         return f"{NOT_JSON}a {_type_name(value)} whose str() raised {_type_name(error)}"
+
+
+def _failure(error: Exception) -> str:
+    return f"{_type_name(error)}: {_text(error)}"
 
 
 def _type_name(value: object) -> str:

@@ -424,6 +424,46 @@ def test_a_section_cannot_take_a_name_the_document_keeps(
         results.add_section(config, results.Section(name, lambda records: None))
 
 
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: results.Section("", lambda records: None), "a section's name must be a non-"),
+        (lambda: results.Section(3, lambda records: None), "a section's name must be a non-"),
+        (lambda: results.Section("mine", None), "section 'mine': data must be callable"),
+        (lambda: results.Section("mine", list, "lines"), "section 'mine': lines must be callable"),
+    ],
+    ids=["empty name", "a number", "no data", "no lines"],
+)
+def test_a_section_is_checked_when_it_is_made(make: Callable[[], object], message: str) -> None:
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}"):
+        make()
+
+
+def test_add_section_takes_a_section(pytester: pytest.Pytester) -> None:
+    with pytest.raises(TypeError, match=r"^add_section takes a results\.Section, got dict$"):
+        results.add_section(pytester.parseconfig(), {"name": "mine"})  # type: ignore[arg-type]
+
+
+def test_a_section_that_fails_says_so_and_the_rest_of_the_summary_stands() -> None:
+    def broken(records: object) -> object:
+        raise ZeroDivisionError("division by zero")
+
+    sections = [
+        results.Section("broken", broken),
+        results.Section("wrong", lambda records: 1, lambda data: "not a list"),  # type: ignore[arg-type,return-value]
+        results.SKIPS,
+    ]
+    records = records_of(skip_report("t.py::a", "needs CUDA"))
+    assert results.summary_lines(sections, records) == [
+        "the 'broken' section's summary failed: ZeroDivisionError: division by zero",
+        "the 'wrong' section's lines must be a list of strings",
+        "skips by reason:",
+        "  1 x needs CUDA",
+    ]
+    with pytest.raises(ValueError, match=r"^the 'broken' section's data failed: ZeroDivisionError"):
+        results.results_document(sections, records, None)
+
+
 def run_of(*reports: pytest.TestReport) -> list[dict[str, object]]:
     return results.tests_data(records_of(*reports))
 

@@ -232,7 +232,7 @@ def test_a_file_of_the_users_made_during_the_run_is_kept_and_the_run_ends_as_it_
     result = cpu_pytester.runpytest_inprocess("--cudagraph-json=results.json")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
-        ["cudagraph results NOT written to results.json: it holds a file that is not results *"]
+        ["cudagraph results NOT written to results.json: holds a file that is not results *"]
     )
     assert (cpu_pytester.path / "results.json").read_text() == "the user's own"
 
