@@ -1,14 +1,15 @@
 """The one route of the plugin's results: records, sections, the terminal summary and the JSON.
 
-A test records plain data with ``record(item, kind, value)``: it travels, in an envelope that
-tells it from a user's own ``record_property``, in the report's ``user_properties`` (xdist
-carries it to the controller), where ``records_from`` gathers it together with one ``phase``
-record per report (outcome, duration, reason). A ``Section`` turns the session's records into
-data once (``Section.data``); the "cudagraph" terminal summary renders that data
-(``Section.lines``), ``--cudagraph-json`` writes it under the section's name and the Markdown
-report (pytest_cudagraph.report_markdown) renders it again from the file, so every reader reads
-fields, never text. The document's shape is ``results.schema.json`` beside this module.
-torch is imported only by ``stack_facts``.
+A test records plain data with ``record(item, kind, value)``: it travels, in an envelope whose
+run token tells it from a user's own ``record_property``, in the report's ``user_properties``
+(xdist carries it to the controller), where ``records_from`` gathers it together with one
+``phase`` record per report (outcome, duration, whole reason, the user's properties as JSON
+holds them). A ``Section`` turns the session's records into data once (``Section.data``); the
+"cudagraph" terminal summary renders that data (``Section.lines``), ``--cudagraph-json``
+writes it under the section's name, over nothing but an earlier results file, and the
+Markdown report (pytest_cudagraph.report_markdown) renders it again from the file, so every
+reader reads fields, never text. The document's shape is ``results.schema.json`` beside this
+module. torch is imported only by ``stack_facts``.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ GIT_SECONDS = 10
 OPENING = re.compile(
     rb'\s*\{\s*"format"\s*:\s*[0-9]+\s*,\s*"plugin_version"\s*:\s*"[^"]*"\s*,\s*"date"\s*:'
 )
-OPENING_BYTES = 512
+OPENING_BYTES = 512  # read to tell a results file by its opening: far more than it needs
 REPLACED = "only the results file of an earlier run is ever replaced"
 
 
