@@ -41,7 +41,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; the exit status (2 for a results file that cannot be read)."""
+    """Run one command; the exit status (2, with a one-line reason, for a results file that
+    cannot be read or a report that cannot be written)."""
     args = parser().parse_args(argv)
     if args.command == "targets":
         from pytest_cudagraph.conformance.loading import installed_lines
@@ -57,15 +58,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         document = results.read_document(args.results)
+        results.check_document(document, args.results)
     except (OSError, ValueError) as error:
         print(f"pytest-cudagraph report: {error}", file=sys.stderr)
         return 2
     text = report_markdown.render(document)
     if args.out is None:
         sys.stdout.write(text)
-    else:
+        return 0
+    try:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text, encoding="utf-8")
+    except OSError as error:  # a folder, a path under a file, no permission
+        print(
+            f"pytest-cudagraph report: --out {args.out}: cannot write the report there: "
+            f"{error.strerror or error}; give a file path",
+            file=sys.stderr,
+        )
+        return 2
     return 0
 
 

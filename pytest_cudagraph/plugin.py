@@ -61,6 +61,10 @@ USES_PLUGIN = pytest.StashKey[bool]()  # on an item that uses the plugin
 INTERRUPTION = pytest.StashKey[str]()  # what interrupted the session, if anything did
 JSON_OUTCOME = pytest.StashKey[str]()  # the terminal's line about the results file
 STRAY_CHECK_OUTPUT = "cudagraph_stray_check"  # key in xdist's workeroutput
+RUN_TOKEN_INPUT = "cudagraph_run_token"  # key in xdist's workerinput
+# The conformance wing's pytest plugin: its entry point's name (pyproject.toml) and module.
+CONFORMANCE_ENTRY_POINT = "pytest_cudagraph_conformance"
+CONFORMANCE_PLUGIN = "pytest_cudagraph.conformance.suite"
 
 
 # Options and configuration
@@ -73,6 +77,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # an xdist worker's GPU must be chosen before CUDA starts
 def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", {})
+    if RUN_TOKEN_INPUT in workerinput:  # an xdist worker records for its controller to read
+        results.join_run(workerinput[RUN_TOKEN_INPUT])
     snapshot = settings.take_snapshot(config)
     config.stash[BINDING] = _bind_device(config, snapshot)
     config.stash[USED_BY] = snapshot.given()
@@ -95,6 +102,21 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(bench.BenchmarkHooks(), "cudagraph-benchmark")
     else:
         config.pluginmanager.register(bench.MissingBenchmark(), "cudagraph-benchmark-missing")
+    _load_conformance_wing(config.pluginmanager)
+
+
+def _load_conformance_wing(manager: pytest.PytestPluginManager) -> None:
+    """The plugin loads whole: with PYTEST_DISABLE_PLUGIN_AUTOLOAD=1, ``-p pytest_cudagraph``
+    loads this module alone, so the wing's plugin is registered here where it is not yet (by
+    module name: nothing of the wing is imported by this module). Entry points load before
+    pytest_configure, so one registered under the entry point's name is found here. Its
+    pytest_configure, a historic hook, runs as it is registered, after this one."""
+    wing = sys.modules.get(CONFORMANCE_PLUGIN)
+    if manager.is_blocked(CONFORMANCE_ENTRY_POINT) or (
+        wing is not None and manager.is_registered(wing)
+    ):
+        return
+    manager.import_plugin(CONFORMANCE_PLUGIN)
 
 
 def _bind_device(config: pytest.Config, snapshot: settings.Snapshot) -> devices.DeviceBinding:
@@ -247,8 +269,7 @@ class _RecordGatherer:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         records = results.records_from(report)
         self._records.extend(records)
-        recorded = any(record.kind != results.PHASE for record in records)
-        if recorded or getattr(report, results.USES_PLUGIN, False):
+        if any(record.kind == results.PHASE and record.value["uses_plugin"] for record in records):
             self._used_by.append(report.nodeid)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -263,12 +284,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     json_path = settings.snapshot(session.config)[settings.JSON]
     if json_path.value is None or hasattr(session.config, "workerinput"):
         return
+    given = f"{json_path.source}={str(json_path.value)!r}"
     try:
-        json_path.value.unlink(missing_ok=True)
+        results.remove_earlier_results(json_path.value)
+    except ValueError as error:  # something else came to be there since the path was checked
+        raise pytest.UsageError(f"{given}: {error}") from None
     except OSError as error:
         raise pytest.UsageError(
-            f"{json_path.source}={str(json_path.value)!r}: cannot remove the results of an "
-            f"earlier run: {error.strerror or error}"
+            f"{given}: cannot remove the results of an earlier run: {error.strerror or error}"
         ) from None
 
 
@@ -296,16 +319,16 @@ def _write_results(session: pytest.Session, path: Path) -> str:
     config = session.config
     end = results.session_end(session.exitstatus, _stopped(session))
     records = config.stash[RECORDS]
-    document = results.results_document(
-        _sections(config),
-        records,
-        results.stack_facts(),
-        session=end,
-        commit=results.commit_of(config.rootpath),
-    )
     try:
+        document = results.results_document(
+            _sections(config),
+            records,
+            results.stack_facts(),
+            session=end,
+            commit=results.commit_of(config.rootpath),
+        )
         results.write_json(path, document)
-    except OSError as error:
+    except (OSError, ValueError) as error:  # a section that failed, a path now not ours
         return f"cudagraph results NOT written to {path}: {error}"
     partial = "" if end.complete else f" (partial: {end.stopped or end.exit})"
     return f"cudagraph results written to {path}{partial}"
@@ -350,6 +373,10 @@ class _XdistHooks:
 
     def __init__(self, config: pytest.Config) -> None:
         self._checks = config.stash[STRAY_CHECKS]
+
+    def pytest_configure_node(self, node: Any) -> None:
+        """A worker's records must carry this run's token for this controller to read them."""
+        node.workerinput[RUN_TOKEN_INPUT] = results.run_token()
 
     def pytest_testnodedown(self, node: object, error: object) -> None:
         check = getattr(node, "workeroutput", {}).get(STRAY_CHECK_OUTPUT)

@@ -9,6 +9,7 @@ plugin's own sections as lists and tables and any other plugin's section as its 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -84,6 +85,21 @@ def cell(value: object) -> str:
     return " ".join(str(value).split()).replace("|", "\\|")
 
 
+def reason_item(head: str, reason: str) -> list[str]:
+    """A list item: ``head`` and the reason in one line; a reason of several lines follows
+    whole, in a block of its own."""
+    item = [f"- {head}: {cell(results.one_line(reason))}"]
+    if not spans_lines(reason):
+        return item
+    fence = "`" * max(3, 1 + max(map(len, re.findall("`+", reason)), default=0))
+    block = [fence + "text", *reason.strip().splitlines(), fence]
+    return [*item, "", *(f"  {line}".rstrip() for line in block)]
+
+
+def spans_lines(reason: str) -> bool:
+    return len(reason.strip().splitlines()) > 1
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     return lines + ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows]
@@ -97,10 +113,9 @@ def tests_section(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     failing = [run for run in runs if run["outcome"] in NOT_PASSING]
     if failing:
         lines += ["Not passing:", ""]
-        lines += [
-            f"- `{run['nodeid']}` {run['outcome']} at {run['when']}: {cell(run['reason'])}"
-            for run in failing
-        ]
+        for run in failing:
+            head = f"`{run['nodeid']}` {run['outcome']} at {run['when']}"
+            lines += reason_item(head, run["reason"])
         lines.append("")
     properties = [(run["nodeid"], *pair) for run in runs for pair in run["properties"]]
     if properties:
@@ -161,20 +176,27 @@ def pinned_stack_section(data: Mapping[str, Any]) -> list[str]:
 
 
 def conformance_section(data: Mapping[str, Any]) -> list[str]:
+    """The table, each reason in one line, then every reason of several lines whole."""
     rows = [
         (
             row["check"],
             row["verdict"],
             f"{row['seconds']:.1f}" if row["seconds"] is not None else "-",
-            "; ".join(text for text in (row["figure"], row["reason"]) if text),
+            "; ".join(text for text in (row["figure"], results.one_line(row["reason"])) if text),
         )
         for row in data["rows"]
     ]
-    return [
+    lines = [
         f"Target `{data['target']}`:",
         "",
         *table(["check", "verdict", "seconds", "figure"], rows),
     ]
+    long = [row for row in data["rows"] if spans_lines(row["reason"])]
+    if long:
+        lines += ["", "Reasons in full:", ""]
+        for row in long:
+            lines += reason_item(f"{row['check']} ({row['verdict']})", row["reason"])
+    return lines
 
 
 def skips_section(data: Mapping[str, Any]) -> list[str]:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
 import pytest
 from packaging.version import Version
 
+from pytest_cudagraph import results
 from pytest_cudagraph.engines import devices, rng, stack
 
 if TYPE_CHECKING:
@@ -44,6 +45,9 @@ TYPED_INI = Version(pytest.__version__).release >= (9, 2)
 # Case k runs under torch.manual_seed(seed + k): half of torch's seed range is left for k.
 MAX_SEED = rng.MAX_SEED // 2
 UNITS = {"KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
+# No setting's number has more digits (2**64 has 20): more are refused before being read.
+MAX_DIGITS = 20
+MAX_SHOWN_BITS = 256  # a larger integer is shown by its size in a message, not its digits
 
 
 def check_seed(value: object) -> int:
@@ -54,9 +58,17 @@ def check_seed(value: object) -> int:
     if not 0 <= value <= MAX_SEED:
         raise ValueError(
             f"seed must be in [0, 2**{MAX_SEED.bit_length()} - 1] (case k runs under "
-            f"torch.manual_seed(seed + k)), got {value}"
+            f"torch.manual_seed(seed + k)), got {shown_integer(value)}"
         )
     return value
+
+
+def shown_integer(value: int) -> str:
+    """``value`` as a message shows it: its digits, or its size where there are too many to
+    print (Python refuses to print more than 4300)."""
+    if value.bit_length() <= MAX_SHOWN_BITS:
+        return str(value)
+    return f"an integer of {value.bit_length()} bits"
 
 
 def parse_seed(value: object) -> int:
@@ -74,9 +86,16 @@ def parse_case(value: object) -> int:
 
 def _integer(value: object, name: str) -> int:
     """An int, or the int a string spells (signs allowed, so that -1 is out of range rather
-    than not a number); ValueError for anything else."""
-    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
-        return int(value)
+    than not a number), of at most ``MAX_DIGITS`` digits; ValueError for anything else."""
+    spelt = re.fullmatch(r"\s*([+-]?)0*([0-9]+)\s*", value) if isinstance(value, str) else None
+    if spelt is not None:
+        sign, digits = spelt.groups()
+        if len(digits) > MAX_DIGITS:
+            raise ValueError(
+                f"{name} must be an integer of at most {MAX_DIGITS} digits, got one of "
+                f"{len(digits)} digits"
+            )
+        return int(sign + digits)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     return value
@@ -155,7 +174,7 @@ def _device_index(value: object) -> int:
     match = re.fullmatch(r"(?:cuda:)?([0-9]+)", as_text(value).strip())
     if match is None:
         raise ValueError("expected cuda:N or N")
-    index = int(match.group(1))
+    index = _integer(match.group(1), "the device index N")
     if index > devices.MAX_DEVICE_INDEX:
         raise ValueError(
             f"expected cuda:N or N with N at most {devices.MAX_DEVICE_INDEX}, the largest "
@@ -228,18 +247,27 @@ MEMORY_BOUND: Setting[float | None] = Setting(
 
 
 def parse_results_path(value: object) -> Path:
-    """A file the results can be written to: a path that is not empty, not a folder, not under
-    a file, and whose nearest existing folder this process can create a file in (tried, so
-    that permissions, read-only mounts and root all answer truly)."""
+    """A file the results can be written to: a path that is not empty (``~`` expanded), free
+    or holding an earlier results file (``results.check_replaceable``: never a file of the
+    user's, a folder, a link or a FIFO), not under a file, and whose nearest existing folder
+    this process can create a file in (tried, so that permissions, read-only mounts and root
+    all answer truly)."""
     text = as_text(value)
     if not text.strip():
         raise ValueError("must be a file path, got an empty one")
-    path = Path(text)
-    if path.is_dir():
-        raise ValueError(f"is a folder; give a file path such as {path / 'results.json'}")
-    folder = next(parent for parent in path.absolute().parents if parent.exists())
-    if not folder.is_dir():
-        raise ValueError(f"is under {folder}, which is a file, not a folder")
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError as error:  # a ~user that names no user
+        raise ValueError(f"cannot expand ~ in it: {error}") from None
+    try:
+        folder = next(parent for parent in path.absolute().parents if parent.exists())
+        if not folder.is_dir():
+            raise ValueError(f"is under {folder}, which is a file, not a folder")
+        results.check_replaceable(path)
+    except OSError as error:  # a name too long, a folder that may not be searched
+        raise ValueError(
+            f"cannot be looked at: {error.strerror or error}; give another path"
+        ) from None
     try:
         handle, probe = tempfile.mkstemp(dir=folder, prefix=".cudagraph-probe-")
     except OSError as error:
@@ -252,8 +280,8 @@ def parse_results_path(value: object) -> Path:
 JSON: Setting[Path | None] = Setting(
     "json",
     "write the session's cudagraph results (each test's outcome, parity, memory, conformance, "
-    "stack, skips) to this JSON file; the file of an earlier run is removed when the session "
-    "starts",
+    "stack, skips) to this JSON file (~ expanded); only the results file of an earlier run "
+    "may be there, and it is removed when the session starts",
     parse=parse_results_path,
     metavar="PATH",
 )

@@ -157,7 +157,7 @@ class CheckRow:
             self.seconds = report.duration
         if report.failed:
             self.verdict = "FAILED" if report.when == "call" else "ERROR"
-            self.reason = results.failure_line(report)
+            self.reason = results.failure_reason(report)
         elif report.skipped and self.verdict != "passed":
             self.verdict = "skipped"
             self.reason = results.reason_of(report)
@@ -197,17 +197,17 @@ class ConformanceTable:
             return []
         assert isinstance(data, Mapping)
         rows = [CheckRow(**row) for row in data["rows"]]
-        counts = Counter("failed" if row.verdict in FAILED else row.verdict for row in rows)
+        counts = Counter(row.verdict.lower() for row in rows)  # pytest's words: failed, error
         tally = ", ".join(f"{count} {verdict}" for verdict, count in sorted(counts.items()))
         return [f"conformance of {data['target']} ({tally}):", *format_table(rows)]
 
 
 def format_table(rows: Sequence[CheckRow]) -> list[str]:
-    """Aligned columns: check, verdict, seconds, then the figure or the reason."""
+    """Aligned columns: check, verdict, seconds, then the figure or the reason in one line."""
     width = max(len("check"), *(len(row.check) for row in rows))
     lines = [f"  {'check':<{width}}  {'verdict':<7}  {'seconds':>7}  figure"]
     for row in rows:
         seconds = f"{row.seconds:7.1f}" if row.seconds is not None else f"{'-':>7}"
-        detail = "; ".join(text for text in (row.figure, row.reason) if text)
+        detail = "; ".join(text for text in (row.figure, results.one_line(row.reason)) if text)
         lines.append(f"  {row.check:<{width}}  {row.verdict:<7}  {seconds}  {detail}")
     return lines

@@ -58,9 +58,15 @@ DEFAULT_OUTPUT_BUDGET = GiB
 # Tensor comparisons queued on the device before a check reads them: past this many it reads
 # those it holds (one synchronization), so a long check keeps a bounded number of them.
 PENDING_LIMIT = 1024
+# What counts as compared is trees.compared_elements's rule.
 NOTHING_COMPARED = (
-    "nothing compared: no case's eager output holds an element (only empty tensors, empty "
-    "containers or None), so no value was checked"
+    "nothing compared: no case's eager output holds a compared element (a tensor's element, "
+    "or a number in an output that holds no tensor; strings, None and numbers beside tensors "
+    "do not count), so no value the graph computes was checked"
+)
+NOTHING_RECORDED = (
+    "nothing compared: no value recorded holds a compared element (a tensor's element, or a "
+    "number in a value that holds no tensor)"
 )
 _TOGGLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -239,7 +245,11 @@ class ParityChecker:
         The eager output is copied when eager returns and the graphed one compared when it
         returns, so that neither side's later writes reach the comparison. A graphed output
         sharing storage with that call's inputs, the eager output or an earlier case's
-        graphed output is a mismatch too.
+        graphed output is a mismatch too. A check that compared nothing fails every case
+        (``NOTHING_COMPARED``): no case's eager output held a compared element, which is a
+        tensor's element, or a number in an output holding no tensor
+        (``trees.compared_elements``). An output no walk can finish (one that holds itself or
+        nests past ``trees.MAX_DEPTH``) is a ValueError naming where.
         """
         for name, function in (
             ("eager", eager),
@@ -281,7 +291,7 @@ class ParityChecker:
                         title += f", key {key_of(eager_inputs)!r}"
                     returned = self._call_seeded(eager, eager_inputs, seed)
                     expected = trees.snapshot(returned, "eager output")
-                    elements += trees.element_count(expected)
+                    elements += trees.compared_elements(expected, "eager output")
                 actual = self._call_seeded(graphed, graphed_inputs, seed)
                 with host_syncs_allowed(self.device):
                     others = [
@@ -395,10 +405,8 @@ class ParityChecker:
         if not off and not on:
             nothing = "nothing was recorded; call graph_parity.record(name, value) in the body"
             mismatches = [Mismatch("recorded", nothing)]
-        elif trees.element_count(off) == 0:
-            mismatches.append(
-                Mismatch("recorded", "nothing compared: every value recorded holds no element")
-            )
+        elif not any(trees.compared_elements(value) for values in off.values() for value in values):
+            mismatches.append(Mismatch("recorded", NOTHING_RECORDED))
         outcome = self._outcome(f"runs with {toggle}=0 and =1", (), mismatches, None)
         self.comparisons += 1
         return self._finish(ParityResult("toggle", (outcome,)))

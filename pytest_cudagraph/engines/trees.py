@@ -3,9 +3,10 @@
 What counts as a container is decided here once (``node``): mappings, sequences (tuples, named
 tuples, lists), dataclass instances and ``SimpleNamespace``. ``tensors`` yields each tensor with
 its path, ``snapshot`` copies a value so that later in-place writes cannot reach the copy,
-``cloned`` does the same keeping autograd, ``element_count`` says how much a comparison of the
-value compares, and ``unsupported`` names a leaf that cannot be compared. torch is imported
-when used.
+``cloned`` does the same keeping autograd, ``compared_elements`` says how much a comparison of
+the value compares, and ``unsupported`` names a leaf that cannot be compared. Every walk is
+bounded first (``check_bounds``): a value that holds itself, nests past ``MAX_DEPTH`` or holds
+more than ``MAX_ENTRIES`` entries is a ValueError naming where. torch is imported when used.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ PLAIN_VALUES = (
     "tuples, lists, dicts, dataclasses and SimpleNamespaces"
 )
 _TEXT = (str, bytes, bytearray, memoryview)
+_SCALARS = frozenset((int, float, bool, complex, str, bytes, type(None)))
+# Containers within containers a walk goes down, at most: real outputs nest a few levels, and
+# the walks recurse, so a deeper value (a linked list, a loop) must be refused by name.
+MAX_DEPTH = 100
+# Entries a walk visits in all, at most (an entry shared by several containers counts each
+# time): past it a value is a mistake (a tensor's values as Python numbers, a range).
+MAX_ENTRIES = 1_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +48,8 @@ class Node:
 
 def node(value: Any) -> Node | None:
     """``value`` as a container; None for a leaf (a tensor, a number, any other object)."""
+    if type(value) in _SCALARS:  # the commonest leaves, told apart at once
+        return None
     import torch
 
     if isinstance(value, torch.Tensor):
@@ -49,6 +59,11 @@ def node(value: Any) -> Node | None:
     if _is_named_tuple(value):
         return Node(SEQUENCE, tuple(zip(value._fields, value, strict=True)))
     if isinstance(value, Sequence) and not isinstance(value, _TEXT):
+        if len(value) > MAX_ENTRIES:  # read before the items: a range can be any length
+            raise ValueError(
+                f"a {type(value).__name__} of {len(value)} entries, more than a walk visits "
+                f"(trees.MAX_ENTRIES, {MAX_ENTRIES:,}); hold many values in a tensor"
+            )
         return Node(SEQUENCE, tuple(enumerate(value)))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = dataclasses.fields(value)
@@ -68,18 +83,76 @@ def child_path(path: str, container: Node, key: object) -> str:
     return f"{path or 'args'}[{key}]"
 
 
+def check_bounds(value: object, path: str = "") -> None:
+    """ValueError naming the path and the bound where a walk of ``value`` would not end, or
+    not soon: a container that holds itself, containers nested deeper than ``MAX_DEPTH``,
+    more than ``MAX_ENTRIES`` entries in all. A container found twice side by side (one list
+    in two places) is fine. Walks iteratively, so that the check itself is bounded too."""
+    entries = 0
+    on_path: dict[int, str] = {}  # the containers above the one in hand, with their paths
+    # (value, its parent's path and node (None at the root), its key there, depth, leaving):
+    # a path is made only for a container, as leaves are many.
+    stack: list[tuple[object, str, Node | None, object, int, bool]] = [
+        (value, path, None, None, 0, False)
+    ]
+    while stack:
+        item, parent, parent_node, key, depth, leaving = stack.pop()
+        if leaving:
+            del on_path[id(item)]
+            continue
+        try:
+            container = node(item)
+        except ValueError as error:
+            raise ValueError(f"{_path(parent, parent_node, key) or 'the value'}: {error}") from None
+        if container is None:
+            continue
+        where = _path(parent, parent_node, key)
+        if id(item) in on_path:
+            raise ValueError(
+                f"{where}: holds itself (it is {on_path[id(item)] or 'the value'} again); a "
+                "walked value must be a tree of containers, not a loop"
+            )
+        if depth == MAX_DEPTH:
+            raise ValueError(
+                f"{where or 'the value'}: nested deeper than {MAX_DEPTH} containers "
+                "(trees.MAX_DEPTH); a walked value nests a few levels"
+            )
+        entries += len(container.items)
+        if entries > MAX_ENTRIES:
+            raise ValueError(
+                f"{where or 'the value'}: more than {MAX_ENTRIES:,} entries in all "
+                "(trees.MAX_ENTRIES); hold many values in a tensor"
+            )
+        on_path[id(item)] = where
+        stack.append((item, where, None, None, depth, True))
+        stack += [
+            (child, where, container, key, depth + 1, False)
+            for key, child in reversed(container.items)
+        ]
+
+
+def _path(parent: str, parent_node: Node | None, key: object) -> str:
+    return parent if parent_node is None else child_path(parent, parent_node, key)
+
+
 def tensors(value: object, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
     """(path, tensor) for each tensor in a value. With an empty path, names read as call
     arguments: "input" for a lone tensor, "args[0]" positionally, the keyword otherwise."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        yield path or "input", value
-        return
+    check_bounds(value, path)
+    for where, leaf in _leaves(value, path):
+        if isinstance(leaf, torch.Tensor):
+            yield where or "input", leaf
+
+
+def _leaves(value: object, path: str) -> Iterator[tuple[str, object]]:
     container = node(value)
-    if container is not None:
-        for key, item in container.items:
-            yield from tensors(item, child_path(path, container, key))
+    if container is None:
+        yield path, value
+        return
+    for key, item in container.items:
+        yield from _leaves(item, child_path(path, container, key))
 
 
 def unsupported(value: object) -> str:
@@ -103,27 +176,35 @@ def unsupported(value: object) -> str:
 
 def snapshot(value: object, path: str = "value") -> object:
     """A detached copy that later in-place updates (or graph replays) cannot change, in the
-    same structure; TypeError naming the path of a leaf that cannot be compared."""
+    same structure; TypeError naming the path of a leaf that cannot be compared, ValueError
+    where no walk can finish the value (``check_bounds``)."""
+    check_bounds(value, path)
     return _rebuild(value, path, lambda tensor: tensor.detach().clone(), refuse=True)
 
 
 def cloned(value: Any) -> Any:
     """``value`` with every tensor cloned (autograd kept), in the same structure; other leaves
     are kept as they are."""
+    check_bounds(value)
     return _rebuild(value, "", lambda tensor: tensor.clone(), refuse=False)
 
 
-def element_count(value: object) -> int:
-    """How many values a comparison of ``value`` compares: every tensor's elements, and each
-    leaf that is not None."""
+def compared_elements(value: object, path: str = "value") -> int:
+    """How many computed values a comparison of ``value`` compares: the elements of its
+    tensors; in a value that holds no tensor, its numbers (ints, floats, complex numbers and
+    bools, each compared by value: a ``.item()``, a list of sampled tokens). Never counted:
+    strings, bytes, None, enums, dtypes and devices, which are labels compared with ``==``,
+    nor numbers beside tensors, which are the host's bookkeeping (a step count, a length)
+    that comes out alike whether or not a graph ran. 0 means nothing was compared."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        return value.numel()
-    container = node(value)
-    if container is None:
-        return int(value is not None)
-    return sum(element_count(item) for _, item in container.items)
+    check_bounds(value, path)
+    leaves = [leaf for _, leaf in _leaves(value, path)]
+    counts = [leaf.numel() for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    if counts:
+        return sum(counts)
+    numbers = (bool, int, float, complex)
+    return sum(isinstance(leaf, numbers) and not isinstance(leaf, enum.Enum) for leaf in leaves)
 
 
 def _rebuild(

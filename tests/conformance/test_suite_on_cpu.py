@@ -8,6 +8,7 @@ error), the figures' named values, and what a user sees for a bad target spec.""
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Callable
 
 import pytest
@@ -84,6 +85,8 @@ def test_cpu_checks_pass_and_gpu_checks_skip_saying_why(
     ]
     assert len(skipped_rows) == len(GPU_CHECKS)
     assert all(line.endswith(NEEDS_CUDA) for line in skipped_rows)
+    # Each skip counts, that of a check requesting no fixture of the plugin's too.
+    result.stdout.fnmatch_lines(["skips by reason:", f"  {len(GPU_CHECKS)} x {NEEDS_CUDA}"])
 
 
 def test_a_bad_spec_stops_the_run_before_it_starts(
@@ -208,12 +211,31 @@ def test_a_row_keeps_the_figure_and_the_first_failure() -> None:
         "  lock safety  FAILED       1.5  faults at warm_up: lock, next call checked; "
         "AssertionError: lock held",
     ]
+    assert summary.data()["rows"][0]["reason"] == "AssertionError: lock held\nmore"
     summary.pytest_runtest_logreport(
         pytest.TestReport(
             "elsewhere.py::test_x", ("elsewhere.py", 1, "test_x"), {}, "passed", None, "call"
         )
     )
     assert len(summary.rows) == 1
+
+
+def test_a_row_shows_the_first_problem_and_keeps_every_line() -> None:
+    """The row, the JSON and the report used to read "AssertionError: 1 of 2 dry calls
+    failed:", the line naming the case and the error gone."""
+    failure = (
+        "AssertionError: 1 of 2 dry calls failed:\n"
+        "  case 0: eager on key (1, 64): KeyError: 'hidden'\n"
+        "assert not [\"case 0: eager on key (1, 64): KeyError: 'hidden'\"]"
+    )
+    crash = types.SimpleNamespace(reprcrash=types.SimpleNamespace(message=failure))
+    table = ConformanceTable("mine:make")
+    table.pytest_runtest_logreport(make_report("call", "failed", crash, duration=0.5))
+    assert table.lines(table.data())[2] == (
+        "  lock safety  FAILED       0.5  AssertionError: 1 of 2 dry calls failed: case 0: "
+        "eager on key (1, 64): KeyError: 'hidden'"
+    )
+    assert table.data()["rows"][0]["reason"] == failure
 
 
 def figure_entry(text: str, **values: float) -> tuple[str, object]:
@@ -261,7 +283,7 @@ def test_an_error_at_set_up_is_an_error_row_with_its_reason() -> None:
         None,
         "Failed: the target's lock was held before this check",
     )
-    assert table.lines(table.data())[0] == "conformance of mine:make (1 failed):"
+    assert table.lines(table.data())[0] == "conformance of mine:make (1 error):"  # as pytest says
 
 
 @pytest.mark.parametrize(

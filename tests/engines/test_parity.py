@@ -361,6 +361,72 @@ def test_an_empty_case_among_others_is_fine() -> None:
     assert ParityChecker("cpu").check(scaled, scaled, rows, cases=3).ok
 
 
+@pytest.mark.parametrize(
+    ("eager", "graphed"),
+    [
+        (lambda x: (x[:0] * 2, 3, "label"), lambda x: (x[:0] * 3, 3, "label")),
+        (lambda x: {"logits": x[:0] * 2, "step": len(x)}, lambda x: {"logits": x[:0], "step": 4}),
+        (lambda x: ("ok", None), lambda x: ("ok", None)),
+        (lambda x: [], lambda x: []),
+        (lambda x: {}, lambda x: {}),
+    ],
+    ids=["numbers beside empty tensors", "a step count", "labels", "empty lists", "empty dicts"],
+)
+def test_what_computes_nothing_compares_nothing(eager: object, graphed: object) -> None:
+    """Numbers and labels beside the tensors used to count as compared, so a graphed x*3
+    against an eager x*2 passed when their tensors were empty."""
+    result = ParityChecker("cpu").check(eager, graphed, one_input, cases=3)  # type: ignore[arg-type]
+    assert (result.ok, result.passed) == (False, 0)
+    assert {outcome.mismatches[0].detail for outcome in result.outcomes} == {NOTHING_COMPARED}
+
+
+def test_numbers_alone_are_compared_values() -> None:
+    """An output of numbers and no tensor (a loss read with .item(), tokens as a list) is
+    compared number by number, as before."""
+
+    def total(x: torch.Tensor) -> tuple[float, list[int]]:
+        return float(x.sum()), [int(x.argmax()), 7]
+
+    def total_off_by_one(x: torch.Tensor) -> tuple[float, list[int]]:
+        return float(x.sum()) + 1, [int(x.argmax()), 7]
+
+    assert ParityChecker("cpu").check(total, total, one_input, cases=3).ok
+    result = ParityChecker("cpu").check(total, total_off_by_one, one_input, cases=3)
+    assert (result.ok, result.passed) == (False, 0)
+    assert result.failures[0].mismatches[0].path == "output[0]"
+
+
+def nested(depth: int) -> list[object]:
+    value: list[object] = [torch.zeros(1)]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def holding_itself(x: torch.Tensor) -> list[object]:
+    looped: list[object] = [x * 2]
+    looped.append(looped)
+    return looped
+
+
+@pytest.mark.parametrize(
+    ("eager", "graphed", "message"),
+    [
+        (lambda x: nested(3000), scaled, r"^eager output(\[0\]){100}: nested deeper than 100"),
+        (scaled, lambda x: nested(3000), r"^output(\[0\]){100}: nested deeper than 100"),
+        (holding_itself, scaled, r"^eager output\[1\]: holds itself \(it is eager output again"),
+        (scaled, holding_itself, r"^output\[1\]: holds itself \(it is output again"),
+    ],
+    ids=["eager 3000 deep", "graphed 3000 deep", "eager holds itself", "graphed holds itself"],
+)
+def test_an_output_no_walk_can_finish_is_named_with_the_bound(
+    eager: object, graphed: object, message: str
+) -> None:
+    """Each used to be a raw RecursionError."""
+    with pytest.raises(ValueError, match=message):
+        ParityChecker("cpu").check(eager, graphed, one_input, cases=1)  # type: ignore[arg-type]
+
+
 # The report
 
 
@@ -643,7 +709,23 @@ def test_recording_nothing_or_only_empty_values_fails() -> None:
     assert "nothing was recorded; call graph_parity.record(name, value)" in result.reason()
     checker = ParityChecker("cpu")
     result = checker.run_toggled(lambda: checker.record("kv", torch.empty(0)), "DEMO_TOGGLE")
-    assert "nothing compared: every value recorded holds no element" in result.reason()
+    assert parity.NOTHING_RECORDED in result.reason()
+
+
+def test_each_recorded_value_counts_its_own_compared_elements() -> None:
+    """A number beside empty tensors in one value is bookkeeping; numbers recorded as a value
+    of their own (sampled tokens) are compared."""
+    checker = ParityChecker("cpu")
+
+    def bookkeeping() -> None:
+        checker.record("out", (torch.empty(0), 3, "label"))
+
+    def tokens() -> None:
+        bookkeeping()
+        checker.record("tokens", [17, 5, 3])
+
+    assert parity.NOTHING_RECORDED in checker.run_toggled(bookkeeping, "DEMO_TOGGLE").reason()
+    assert checker.run_toggled(tokens, "DEMO_TOGGLE").ok
 
 
 def test_record_refuses_what_it_cannot_compare_and_records_nothing() -> None:

@@ -103,10 +103,98 @@ def test_cloned_keeps_autograd_and_every_leaf() -> None:
     assert copied["y"].requires_grad and copied["holder"] is holder
 
 
-def test_element_count_counts_tensor_elements_and_leaves_but_not_none() -> None:
-    assert trees.element_count((torch.zeros(2, 3), 1, "a", None)) == 8
-    assert trees.element_count([torch.empty(0), {}, (), None, Step(torch.empty(0, 4), [], 0)]) == 1
-    assert trees.element_count(None) == 0
+def test_tensor_elements_are_compared_and_numbers_beside_them_are_not() -> None:
+    """A step count or a length beside the tensors comes out alike whether a graph ran or
+    not: it used to make an output of empty tensors count as compared."""
+    assert trees.compared_elements((torch.zeros(2, 3), 1, "a", None)) == 6
+    assert (
+        trees.compared_elements([torch.empty(0), {}, (), None, Step(torch.empty(0, 4), [], 0)]) == 0
+    )
+    assert trees.compared_elements({"logits": torch.empty(0, 5), "step": 3, "done": True}) == 0
+
+
+def test_numbers_are_compared_where_no_tensor_is() -> None:
+    """A number an output holds with no tensor beside it is a computed value (a loss read
+    with .item(), sampled tokens as a list)."""
+    assert trees.compared_elements(2.5) == 1
+    assert trees.compared_elements({"tokens": [17, 5, 3], "done": True, "score": 1j}) == 5
+    assert trees.compared_elements(Pair(4, [0.5])) == 2
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, "text", b"bytes", Mode.GRAPHED, torch.float16, torch.device("cpu"), [], (), {}],
+)
+def test_labels_and_empty_containers_are_not_compared_elements(value: object) -> None:
+    assert trees.compared_elements([value, {"name": value}]) == 0
+
+
+def nested(depth: int) -> list[object]:
+    value: list[object] = [torch.zeros(1)]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def self_holding() -> dict[str, object]:
+    looped: dict[str, object] = {"x": torch.zeros(1)}
+    looped["again"] = [Step(torch.zeros(1), [looped])]
+    return looped
+
+
+def doubling(levels: int) -> list[object]:
+    value: list[object] = [torch.zeros(1)]
+    for _ in range(levels):
+        value = [value, value]  # one list in two places: 2**levels paths down
+    return value
+
+
+WALKS = {
+    "tensors": lambda value: list(trees.tensors(value, "output")),
+    "snapshot": lambda value: trees.snapshot(value, "output"),
+    "cloned": trees.cloned,
+    "compared_elements": lambda value: trees.compared_elements(value, "output"),
+}
+
+
+@pytest.mark.parametrize("walk", list(WALKS), ids=list(WALKS))
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (nested(3000), r"(\[0\]){100}: nested deeper than 100 containers \(trees\.MAX_DEPTH\)"),
+        (
+            self_holding(),
+            r"again'?\]?\[0\]\.cache\[0\]: holds itself \(it is (output|the value) again\)",
+        ),
+        (doubling(40), r"\]: more than 10,000 entries in all \(trees\.MAX_ENTRIES\)"),
+        (
+            range(10**12),
+            r"^(output|the value): a range of 1000000000000 entries, more than a walk visits",
+        ),
+    ],
+    ids=["3000 deep", "holds itself", "one list in 2**40 places", "a long range"],
+)
+def test_every_walk_is_bounded_and_names_where_and_the_bound(
+    walk: str, value: object, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each used to be a raw RecursionError, or a walk without end."""
+    monkeypatch.setattr(trees, "MAX_ENTRIES", 10_000)  # the rule, without a million entries
+    with pytest.raises(ValueError, match=message):
+        WALKS[walk](value)
+
+
+def test_one_container_in_two_places_is_walked_twice() -> None:
+    shared = [torch.ones(1)]
+    assert paths({"a": shared, "b": shared}) == ["output['a'][0]", "output['b'][0]"]
+    assert trees.compared_elements(doubling(10)) == 2**10
+
+
+def test_the_bounds_themselves_are_walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    trees.check_bounds(nested(trees.MAX_DEPTH - 1))
+    monkeypatch.setattr(trees, "MAX_ENTRIES", 100)
+    trees.check_bounds([list(range(50)), list(range(48))])  # 2 + 50 + 48 entries
+    with pytest.raises(ValueError, match=r"^output\[1\]: more than 100 entries"):
+        trees.check_bounds([list(range(50)), list(range(49))], "output")
 
 
 @pytest.mark.parametrize(

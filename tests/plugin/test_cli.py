@@ -7,11 +7,13 @@ import importlib.metadata
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pytest_cudagraph import cli, report_markdown
+from pytest_cudagraph import cli, report_markdown, results
 from pytest_cudagraph.conformance import loading
 from pytest_cudagraph.conformance.catalog import check_needs, needs_table
 
@@ -77,6 +79,90 @@ def test_report_refuses_what_is_not_a_results_file(
     assert captured.out == ""
     assert captured.err.startswith("pytest-cudagraph report: ")
     assert message in captured.err
+
+
+def a_document() -> dict[str, Any]:
+    """A valid results document, as JSON gives it back."""
+    data: dict[str, object] = {
+        "tests": [],
+        "parity": [],
+        "memory": [],
+        "skips": {"total": 0, "by_reason": []},
+        "stray_contexts": [],
+    }
+    sections = [results.Section(name, lambda records, d=d: d) for name, d in data.items()]
+    end = results.session_end(pytest.ExitCode.OK, None)
+    return json.loads(json.dumps(results.results_document(sections, [], None, session=end)))
+
+
+def without(name: str) -> Callable[[dict[str, Any]], object]:
+    return lambda document: document.pop(name)
+
+
+def with_value(name: str, value: object) -> Callable[[dict[str, Any]], object]:
+    return lambda document: document.update({name: value})
+
+
+@pytest.mark.parametrize(
+    ("breaking", "message"),
+    [
+        (without("tests"), "document: 'tests' is missing"),
+        (without("date"), "document: 'date' is missing"),
+        (with_value("tests", {}), "document['tests']: must be array, got object"),
+        (with_value("session", "done"), "document['session']: must be object, got string"),
+        (
+            with_value("conformance", {"target": "t", "rows": [{"check": "guards"}]}),
+            "document['conformance']['rows'][0]: 'verdict' is missing",
+        ),
+        (
+            with_value("skips", {"total": "3", "by_reason": []}),
+            "document['skips']['total']: must be integer, got string",
+        ),
+    ],
+    ids=["no tests", "no date", "tests mistyped", "session mistyped", "a row cut", "a count"],
+)
+def test_report_names_what_is_missing_or_mistyped_in_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    breaking: Callable[[dict[str, Any]], object],
+    message: str,
+) -> None:
+    """It used to end in a raw KeyError or TypeError traceback from the rendering."""
+    document = a_document()
+    breaking(document)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(document))
+    assert cli.main(["report", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"pytest-cudagraph report: {path}: not results as results.schema.json describes them: "
+        f"{message}\n"
+    )
+
+
+def test_report_refuses_a_file_nested_past_what_json_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "results.json"
+    path.write_text('{"format": 2, "deep": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert cli.main(["report", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"pytest-cudagraph report: {path}: nested deeper than a JSON reader goes\n"
+    )
+
+
+def test_a_report_that_cannot_be_written_is_said_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(a_document()))
+    folder = tmp_path / "out"
+    folder.mkdir()
+    assert cli.main(["report", str(path), "--out", str(folder)]) == 2
+    assert capsys.readouterr().err == (
+        f"pytest-cudagraph report: --out {folder}: cannot write the report there: Is a "
+        "directory; give a file path\n"
+    )
+    assert cli.main(["report", str(path), "--out", str(folder / "report.md")]) == 0
 
 
 def test_targets_lists_the_installed_targets(capsys: pytest.CaptureFixture[str]) -> None:

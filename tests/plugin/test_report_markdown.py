@@ -200,3 +200,53 @@ def test_render_titles_the_whole_report() -> None:
     assert text.startswith("# nightly\n\n- date: ")
     assert text.endswith(".\n")  # the session line; the empty parity section says nothing
     assert "Parity" not in text
+
+
+DRY_RUN_FAILURE = (
+    "AssertionError: 2 of 2 dry calls failed:\n"
+    "  case 0: eager on key (1, 64): KeyError: 'hidden'\n"
+    "  case 1: eager on key (2, 64): KeyError: 'hidden'"
+)
+
+
+def test_a_reason_of_several_lines_is_shown_in_one_line_then_whole() -> None:
+    """The report used to read "AssertionError: 2 of 2 dry calls failed:" and no more."""
+    run = {"nodeid": "t.py::a", "outcome": "failed", "when": "call", "duration": 0.1}
+    run |= {"reason": DRY_RUN_FAILURE + "\n```fenced```", "properties": []}
+    assert section("tests", [run])[4:] == [
+        "Not passing:",
+        "",
+        "- `t.py::a` failed at call: AssertionError: 2 of 2 dry calls failed: case 0: eager on "
+        "key (1, 64): KeyError: 'hidden'",
+        "",
+        "  ````text",  # longer than any run of backticks in the reason
+        "  AssertionError: 2 of 2 dry calls failed:",
+        "    case 0: eager on key (1, 64): KeyError: 'hidden'",
+        "    case 1: eager on key (2, 64): KeyError: 'hidden'",
+        "  ```fenced```",
+        "  ````",
+        "",
+        "",
+    ]
+    row = {"check": "dry run", "verdict": "FAILED", "seconds": 0.5, "figure": "eager once"}
+    row |= {"reason": DRY_RUN_FAILURE, "values": {}}
+    assert section("conformance", {"target": "mine:make", "rows": [row]})[2:] == [
+        "Target `mine:make`:",
+        "",
+        "| check | verdict | seconds | figure |",
+        "| --- | --- | --- | --- |",
+        "| dry run | FAILED | 0.5 | eager once; AssertionError: 2 of 2 dry calls failed: case 0: "
+        "eager on key (1, 64): KeyError: 'hidden' |",
+        "",
+        "Reasons in full:",
+        "",
+        "- dry run (FAILED): AssertionError: 2 of 2 dry calls failed: case 0: eager on key (1, "
+        "64): KeyError: 'hidden'",
+        "",
+        "  ```text",
+        "  AssertionError: 2 of 2 dry calls failed:",
+        "    case 0: eager on key (1, 64): KeyError: 'hidden'",
+        "    case 1: eager on key (2, 64): KeyError: 'hidden'",
+        "  ```",
+        "",
+    ]

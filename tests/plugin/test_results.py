@@ -4,10 +4,14 @@ built from them (each test's runs, the skips) and the "cudagraph" terminal summa
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import stat
 import subprocess
 import textwrap
+import types
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -222,6 +226,23 @@ def test_the_skip_total_counts_skips_not_reasons() -> None:
     }
 
 
+def test_a_skip_of_a_test_that_records_for_the_plugin_counts() -> None:
+    """A conformance check that requests no fixture of the plugin (device binding) is labelled
+    by a record from collection on: its skip at set-up used to go uncounted."""
+    label = results.envelope("check", "device binding")
+    skipped = make_report(
+        "t.py::binding",
+        "setup",
+        "skipped",
+        ("t.py", 3, "Skipped: needs 2 GPUs"),
+        properties=[label],
+    )
+    assert results.skips_data(records_of(skipped)) == {
+        "total": 1,
+        "by_reason": [{"reason": "needs 2 GPUs", "count": 1}],
+    }
+
+
 def test_records_are_only_what_the_plugin_wrote() -> None:
     """A user's ``record_property`` under our prefix is the user's: kept among the test's own
     properties, never read as a record (it used to crash the summary)."""
@@ -249,6 +270,138 @@ def test_records_are_only_what_the_plugin_wrote() -> None:
     assert [record.kind for record in results.records_from(teardown)] == [results.PHASE]
 
 
+def test_a_property_shaped_like_an_envelope_is_the_users() -> None:
+    """Only an envelope ``record`` wrote carries this run's token: a user's value in the
+    documented shape, with or without a token of its own, is never read as the plugin's."""
+    ours = results.envelope("parity", {"checked": 1})
+    forged = [
+        ("cudagraph_parity", {results.ENVELOPE: {"checked": 1}}),
+        ("cudagraph_check", {results.ENVELOPE: "guards", results.TOKEN: "a guess"}),
+        ("cudagraph_check", {results.ENVELOPE: "guards", results.TOKEN: None}),
+    ]
+    assert results.plugin_values([*forged, ours]) == [("parity", {"checked": 1})]
+    assert results.foreign_properties([*forged, ours]) == [list(pair) for pair in forged]
+
+
+def test_a_worker_carries_its_controllers_token() -> None:
+    own = results.run_token()
+    try:
+        results.join_run("the controller's")
+        assert results.envelope("parity", 1)[1][results.TOKEN] == "the controller's"
+        assert results.plugin_values([results.envelope("parity", 1)]) == [("parity", 1)]
+    finally:
+        results.join_run(own)
+    with pytest.raises(TypeError, match="a run token is a non-empty string, got ''"):
+        results.join_run("")
+
+
+def self_holding_list() -> list[object]:
+    looped: list[object] = [1]
+    looped.append(looped)
+    return looped
+
+
+def nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+class SourText:
+    def __str__(self) -> str:
+        raise ValueError("no text")
+
+
+def test_a_property_json_cannot_hold_is_kept_described_and_said() -> None:
+    """Such a value used to crash the end of the run (a raw traceback and exit 1)."""
+    huge = 10**5000
+    properties = [
+        ("huge", huge),
+        ("looped", self_holding_list()),
+        ("deep", nested(5000)),
+        ("sour", SourText()),
+        ("keys", {1: "int", "1": "str"}),
+        ("fine", {3: object, "nan": float("nan")}),
+    ]
+    report = make_report("t.py::a", "call", "passed", properties=properties)
+    [entry] = results.tests_data(records_of(report))
+    stored = dict(entry["properties"])
+    json.dumps(entry, allow_nan=False)  # strict JSON as it is
+    assert int(stored["huge"].removeprefix(f"{results.NOT_JSON}an int, in hex "), 16) == huge
+    assert stored["looped"] == [1, f"{results.NOT_JSON}a list that holds itself"]
+    cut = stored["deep"]
+    for _ in range(results.MAX_NESTING):
+        [cut] = cut
+    assert cut == f"{results.NOT_JSON}a list nested deeper than {results.MAX_NESTING} levels"
+    assert (
+        stored["sour"] == f"{results.NOT_JSON}a {__name__}.SourText whose str() raised ValueError"
+    )
+    assert stored["keys"] == [[1, "int"], ["1", "str"]]  # both kept: as keys, they print alike
+    assert stored["fine"] == {"3": str(object), "nan": "nan"}
+    assert results.tests_lines([entry]) == [
+        "record_property values JSON cannot hold, kept as descriptions:",
+        *(f"  t.py::a: {name!r}" for name in ("huge", "looped", "deep", "sour")),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"a": [object()]}, "record 'x'['a'][0]: a value of type object is not plain data"),
+        ({1: 2}, "record 'x': the key 1 is not a string"),
+        (self_holding_list(), "record 'x'[1]: holds itself"),
+        (nested(100), "record 'x'" + "[0]" * 64 + ": is deeper than 64 levels"),
+    ],
+    ids=["object", "key", "loop", "deep"],
+)
+def test_a_record_must_be_plain_data(value: object, problem: str) -> None:
+    item = types.SimpleNamespace(user_properties=[])
+    with pytest.raises(TypeError, match=f"^{re.escape(problem)} \\(dicts with string keys"):
+        results.record(item, "x", value)  # type: ignore[arg-type]
+    assert item.user_properties == []
+    results.record(item, "x", {"a": [1, 2.5, float("nan"), None, "t", (True,)]})  # type: ignore[arg-type]
+
+
+DRY_RUN_FAILURE = (
+    "AssertionError: 2 of 2 dry calls failed:\n"
+    "  case 0: eager on key (1, 64): KeyError: 'hidden'\n"
+    "  case 1: eager on key (2, 64): KeyError: 'hidden'\n"
+    'assert not ["case 0: ..."]'
+)
+
+
+def test_a_failure_reason_keeps_every_line() -> None:
+    """It used to be cut to its first line, "AssertionError: 2 of 2 dry calls failed:", which
+    names no case and no error."""
+    crash = types.SimpleNamespace(reprcrash=types.SimpleNamespace(message=DRY_RUN_FAILURE))
+    report = make_report("t.py::a", "call", "failed", crash)
+    assert results.failure_reason(report) == results.reason_of(report) == DRY_RUN_FAILURE
+    assert results.tests_data(records_of(report))[0]["reason"] == DRY_RUN_FAILURE
+
+
+@pytest.mark.parametrize(
+    ("reason", "line"),
+    [
+        (
+            DRY_RUN_FAILURE,
+            "AssertionError: 2 of 2 dry calls failed: case 0: eager on key (1, "
+            "64): KeyError: 'hidden'",
+        ),
+        ("AssertionError: lock held\nmore", "AssertionError: lock held"),
+        (
+            "needs CUDA: torch.cuda.is_available() is False",
+            "needs CUDA: torch.cuda.is_available() is False",
+        ),
+        ("\n  \nValueError: late\n", "ValueError: late"),
+        ("", ""),
+    ],
+    ids=["a header and its problems", "a message and more", "one line", "blank lines", "none"],
+)
+def test_one_line_of_a_reason_names_its_first_problem(reason: str, line: str) -> None:
+    assert results.one_line(reason) == line
+
+
 @pytest.mark.parametrize(
     ("kind", "error", "message"),
     [
@@ -271,6 +424,46 @@ def test_a_section_cannot_take_a_name_the_document_keeps(
         results.add_section(config, results.Section(name, lambda records: None))
 
 
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: results.Section("", lambda records: None), "a section's name must be a non-"),
+        (lambda: results.Section(3, lambda records: None), "a section's name must be a non-"),
+        (lambda: results.Section("mine", None), "section 'mine': data must be callable"),
+        (lambda: results.Section("mine", list, "lines"), "section 'mine': lines must be callable"),
+    ],
+    ids=["empty name", "a number", "no data", "no lines"],
+)
+def test_a_section_is_checked_when_it_is_made(make: Callable[[], object], message: str) -> None:
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}"):
+        make()
+
+
+def test_add_section_takes_a_section(pytester: pytest.Pytester) -> None:
+    with pytest.raises(TypeError, match=r"^add_section takes a results\.Section, got dict$"):
+        results.add_section(pytester.parseconfig(), {"name": "mine"})  # type: ignore[arg-type]
+
+
+def test_a_section_that_fails_says_so_and_the_rest_of_the_summary_stands() -> None:
+    def broken(records: object) -> object:
+        raise ZeroDivisionError("division by zero")
+
+    sections = [
+        results.Section("broken", broken),
+        results.Section("wrong", lambda records: 1, lambda data: "not a list"),  # type: ignore[arg-type,return-value]
+        results.SKIPS,
+    ]
+    records = records_of(skip_report("t.py::a", "needs CUDA"))
+    assert results.summary_lines(sections, records) == [
+        "the 'broken' section's summary failed: ZeroDivisionError: division by zero",
+        "the 'wrong' section's lines must be a list of strings",
+        "skips by reason:",
+        "  1 x needs CUDA",
+    ]
+    with pytest.raises(ValueError, match=r"^the 'broken' section's data failed: ZeroDivisionError"):
+        results.results_document(sections, records, None)
+
+
 def run_of(*reports: pytest.TestReport) -> list[dict[str, object]]:
     return results.tests_data(records_of(*reports))
 
@@ -286,14 +479,14 @@ def test_each_run_of_a_test_is_one_entry_and_its_first_failure_stands() -> None:
         make_report("t.py::a", "call", "passed", properties=[("speed", 2)]),
         make_report("t.py::a", "teardown", "passed", properties=[("speed", 2)]),
     )
-    assert results.failure_line(failed) == "AssertionError: 1 != 2"
+    assert results.failure_reason(failed) == "AssertionError: 1 != 2\nmore"
     assert entries == [
         {
             "nodeid": "t.py::a",
             "outcome": "failed",
             "when": "call",
             "duration": 1.75,
-            "reason": "AssertionError: 1 != 2",
+            "reason": "AssertionError: 1 != 2\nmore",
             "properties": [],
         },
         {
@@ -379,7 +572,7 @@ def test_a_collection_error_is_an_entry_and_a_passing_collection_none() -> None:
             "outcome": "error",
             "when": "collect",
             "duration": 0.0,
-            "reason": "ImportError: no module x",
+            "reason": "ImportError: no module x\nmore",
             "properties": [],
         }
     ]
@@ -568,10 +761,110 @@ def test_a_value_with_our_key_and_more_is_the_users() -> None:
     assert results.foreign_properties([ours, theirs]) == [list(theirs)]
 
 
-def test_a_failed_write_leaves_no_temporary_file(tmp_path: Path) -> None:
-    taken = tmp_path / "r.json"
-    (taken / "inside").mkdir(parents=True)  # a folder where the file goes: the rename fails
-    with pytest.raises(OSError):
-        results.write_json(taken, {"a": 1})
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["r.json"]
-    assert taken.is_dir()
+def test_a_failed_write_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full_disk(source: object, destination: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        results.write_json(tmp_path / "r.json", {"a": 1})
+    assert list(tmp_path.iterdir()) == []
+
+
+# What the results file may replace
+
+
+def earlier_results(path: Path) -> Path:
+    results.write_json(path, results.results_document([results.TESTS], [], None))
+    return path
+
+
+def user_file(path: Path) -> Path:
+    path.write_text('{"format": 2, "mine": true}')  # JSON, even of our format, but not ours
+    return path
+
+
+def empty_file(path: Path) -> Path:
+    path.touch()
+    return path
+
+
+def folder(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def link_to_results(path: Path) -> Path:
+    path.symlink_to(earlier_results(path.with_name("target.json")))
+    return path
+
+
+def link_to_stdout(path: Path) -> Path:
+    path.symlink_to("/proc/self/fd/1")
+    return path
+
+
+def fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def folder_state(folder: Path) -> dict[str, tuple[int, bytes | None]]:
+    """Each entry's mode and, for a regular file, its content (links and FIFOs not opened)."""
+    modes = {path: path.lstat().st_mode for path in folder.iterdir()}
+    return {
+        path.name: (mode, path.read_bytes() if stat.S_ISREG(mode) else None)
+        for path, mode in modes.items()
+    }
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (user_file, "holds a file that is not results of this plugin"),
+        (empty_file, "holds a file that is not results of this plugin"),
+        (folder, "is a folder; give a file path such as"),
+        (link_to_results, "is a symlink, never written through nor replaced"),
+        (link_to_stdout, "is a symlink, never written through nor replaced"),
+        (fifo, "is a FIFO (only the results file of an earlier run is ever replaced)"),
+    ],
+    ids=["user file", "empty file", "folder", "link to results", "link to stdout", "fifo"],
+)
+def test_only_an_earlier_results_file_is_ever_replaced(
+    tmp_path: Path, make: Callable[[Path], Path], problem: str
+) -> None:
+    path = make(tmp_path / "r.json")
+    before = folder_state(tmp_path)
+    for attempt in (
+        results.check_replaceable,
+        results.remove_earlier_results,
+        lambda path: results.write_json(path, {"format": 2}),
+    ):
+        with pytest.raises(ValueError, match=re.escape(problem)):
+            attempt(path)
+    assert folder_state(tmp_path) == before  # nothing written or removed, no temporary file
+
+
+def test_an_earlier_results_file_is_replaced_and_the_new_one_readable_by_others(
+    tmp_path: Path,
+) -> None:
+    path = earlier_results(tmp_path / "r.json")
+    results.check_replaceable(path)
+    results.check_replaceable(tmp_path / "free" / "r.json")
+    previous = os.umask(0o022)
+    try:
+        results.write_json(path, results.results_document([], [], None))
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # not mkstemp's 0o600: CI reads it
+    results.remove_earlier_results(path)
+    assert not path.exists()
+    results.remove_earlier_results(path)  # nothing there is fine too
+
+
+def test_a_long_results_name_leaves_room_for_the_temporary_file(tmp_path: Path) -> None:
+    path = tmp_path / ("r" * 250 + ".json")
+    results.write_json(path, {"a": 1})
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]

@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -62,7 +63,10 @@ def test_failing():
 
 
 def read_results(pytester: pytest.Pytester, name: str = "results.json") -> dict:
-    return json.loads((pytester.path / name).read_text())
+    """The file as ``pytest-cudagraph report`` reads it (its own check against the schema)."""
+    document = results.read_document(pytester.path / name)
+    results.check_document(document, pytester.path / name)
+    return document
 
 
 def dicts_in(value: object) -> Iterator[dict]:
@@ -123,7 +127,8 @@ def test_results_hold_each_section_once(cpu_pytester: pytest.Pytester, xdist: li
         "test_plain": "passed",
         "test_failing": "failed",
     }
-    assert tests["test_failing"]["reason"] == "AssertionError: one is not two"
+    # The whole message: pytest's explanation of the assertion follows the test's own words.
+    assert tests["test_failing"]["reason"] == "AssertionError: one is not two\nassert 1 == 2"
     assert tests["test_failing"]["when"] == "call"
     assert tests["test_plain_skip"]["reason"] == "not today"
     assert tests["test_plain"]["properties"] == [["speed", 1.5]]
@@ -175,7 +180,8 @@ def test_the_file_of_an_earlier_run_is_gone_before_any_test_runs(
     cpu_pytester: pytest.Pytester,
 ) -> None:
     """A run that dies part-way must leave no results behind, not the last run's."""
-    (cpu_pytester.path / "results.json").write_text('{"format": 2, "stale": true}')
+    stale = results.results_document([], [], None) | {"stale": True}
+    results.write_json(cpu_pytester.path / "results.json", stale)
     cpu_pytester.makepyfile(
         """
         from pathlib import Path
@@ -186,6 +192,49 @@ def test_the_file_of_an_earlier_run_is_gone_before_any_test_runs(
     )
     cpu_pytester.runpytest_inprocess("--cudagraph-json=results.json").assert_outcomes(passed=1)
     assert "stale" not in read_results(cpu_pytester)
+
+
+def test_what_is_not_our_results_is_never_replaced(cpu_pytester: pytest.Pytester) -> None:
+    """``pytest --cudagraph-json tests/test_b.py tests/test_a.py`` took the test file for the
+    option's value and wrote the results over it; a link and a FIFO went the same way."""
+    tests = cpu_pytester.mkdir("tests")
+    (tests / "test_a.py").write_text("def test_a(): pass\n")
+    (tests / "test_b.py").write_text("def test_b(): pass\n")
+    (cpu_pytester.path / "notes.txt").write_text("mine")
+    (cpu_pytester.path / "link.json").symlink_to("notes.txt")
+    os.mkfifo(cpu_pytester.path / "fifo.json")
+    for arguments, given, problem in (
+        (["--cudagraph-json", "tests/test_b.py", "tests/test_a.py"], "tests/test_b.py", "holds"),
+        (["--cudagraph-json=link.json"], "link.json", "is a symlink, never written through"),
+        (["--cudagraph-json=fifo.json"], "fifo.json", "is a FIFO (only the results file of"),
+    ):
+        result = cpu_pytester.runpytest_inprocess(*arguments)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"ERROR: --cudagraph-json={given!r}: {problem} *"])
+        assert "collected" not in result.stdout.str()
+    assert (tests / "test_b.py").read_text() == "def test_b(): pass\n"
+    assert (cpu_pytester.path / "notes.txt").read_text() == "mine"
+    assert (cpu_pytester.path / "link.json").is_symlink()
+    assert stat.S_ISFIFO((cpu_pytester.path / "fifo.json").lstat().st_mode)
+
+
+def test_a_file_of_the_users_made_during_the_run_is_kept_and_the_run_ends_as_it_would(
+    cpu_pytester: pytest.Pytester,
+) -> None:
+    cpu_pytester.makepyfile(
+        """
+        from pathlib import Path
+
+        def test_a():
+            Path("results.json").write_text("the user's own")
+        """
+    )
+    result = cpu_pytester.runpytest_inprocess("--cudagraph-json=results.json")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        ["cudagraph results NOT written to results.json: holds a file that is not results *"]
+    )
+    assert (cpu_pytester.path / "results.json").read_text() == "the user's own"
 
 
 @pytest.mark.parametrize(
@@ -294,13 +343,15 @@ def test_a_file_that_cannot_be_written_at_the_end_is_said_not_raised(
 
 
 def test_a_users_values_under_our_prefix_crash_nothing(cpu_pytester: pytest.Pytester) -> None:
-    """record_property("cudagraph_memory", ...) is the user's: it used to crash the summary."""
+    """record_property("cudagraph_memory", ...) is the user's: it used to crash the summary,
+    and one in the envelope's documented shape was read as the plugin's (a KeyError, or a
+    forged "passed" row in the conformance table)."""
     cpu_pytester.makepyfile(
         """
         def test_mine(record_property):
             record_property("cudagraph_memory", 5)
-            record_property("cudagraph_parity", {"form": "cases"})
-            record_property("cudagraph_check", "guards")
+            record_property("cudagraph_parity", {"pytest_cudagraph": {"checked": 1}})
+            record_property("cudagraph_check", {"pytest_cudagraph": "guards"})
             record_property("cudagraph_conformance", "a figure")
 
         def test_plugin(graph_parity):
@@ -322,6 +373,48 @@ def test_a_users_values_under_our_prefix_crash_nothing(cpu_pytester: pytest.Pyte
         "cudagraph_check",
         "cudagraph_conformance",
     ]
+
+
+def test_properties_json_cannot_hold_end_the_run_as_it_would(
+    cpu_pytester: pytest.Pytester,
+) -> None:
+    """They used to end a passing run with a raw traceback, no summary and exit 1."""
+    cpu_pytester.makepyfile(
+        """
+        class SourText:
+            def __str__(self):
+                raise ValueError("no text")
+
+        def test_a(record_property):
+            looped = [1]
+            looped.append(looped)
+            deep = []
+            for _ in range(5000):
+                deep = [deep]
+            record_property("huge", 10**5000)
+            record_property("looped", looped)
+            record_property("deep", deep)
+            record_property("sour", SourText())
+            record_property("keys", {1: "int", "1": "str"})
+        """
+    )
+    result = cpu_pytester.runpytest_inprocess("--cudagraph-json=results.json")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "record_property values JSON cannot hold, kept as descriptions:",
+            "  test_*.py::test_a: 'huge'",
+            "  test_*.py::test_a: 'looped'",
+            "  test_*.py::test_a: 'deep'",
+            "  test_*.py::test_a: 'sour'",
+            "cudagraph results written to results.json",
+            "* 1 passed *",
+        ]
+    )
+    document = read_results(cpu_pytester)
+    assert_valid_results(document)
+    [entry] = document["tests"]
+    assert dict(entry["properties"])["keys"] == [[1, "int"], ["1", "str"]]
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git to make a repository")
@@ -372,7 +465,9 @@ def test_the_schema_is_a_valid_schema_and_refuses_what_is_not_results() -> None:
         "a date that is not ISO 8601": lambda d: d.update(date="Mon Jun 1 12:00:00 2025"),
     }
     validator = jsonschema.Draft202012Validator(results.schema())
+    assert results.schema_problem(valid, results.schema()) == ""  # the plugin's own reading
     for name, breaking in broken.items():
         document = json.loads(json.dumps(valid))
         breaking(document)
         assert not validator.is_valid(document), name
+        assert results.schema_problem(document, results.schema()), name

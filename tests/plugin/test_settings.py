@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -53,6 +55,41 @@ def test_seeds_from_text_or_numbers() -> None:
 def test_an_integer_out_of_range_is_named_as_out_of_range(given: object) -> None:
     with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*63 - 1\] \(case k runs"):
         settings.parse_seed(given)
+
+
+@pytest.mark.parametrize(
+    ("parse", "given", "message"),
+    [
+        (
+            settings.parse_seed,
+            "9" * 5000,
+            "seed must be an integer of at most 20 digits, got one of 5000 digits",
+        ),
+        (settings.parse_case, "-" + "9" * 5000, "case must be an integer of at most 20 digits"),
+        (
+            settings.DEVICE.parse,
+            "cuda:" + "9" * 5000,
+            "the device index N must be an integer of at most 20 digits",
+        ),
+    ],
+    ids=["seed", "case", "device"],
+)
+def test_a_number_of_thousands_of_digits_is_named_not_read(
+    parse: Callable[[object], object], given: str, message: str
+) -> None:
+    """Python refuses to read more than 4300 digits: its own error told the user to call
+    sys.set_int_max_str_digits()."""
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        parse(given)
+
+
+def test_leading_zeros_are_no_digits_of_their_own() -> None:
+    assert settings.parse_seed("0" * 5000 + "7") == 7
+
+
+def test_a_seed_too_large_to_print_is_shown_by_its_size() -> None:
+    with pytest.raises(ValueError, match=r"seed must be in .*, got an integer of 16610 bits$"):
+        settings.check_seed(10**5000)
 
 
 def test_the_seed_bound_is_derived_from_the_one_torch_takes() -> None:
@@ -291,8 +328,10 @@ def test_a_setting_without_a_default_is_none_and_one_with_a_default_is_parsed() 
         ("  ", "must be a file path, got an empty one"),
         ("out", "is a folder; give a file path such as out/results.json"),
         ("notes.txt/results.json", "is under .*notes.txt, which is a file, not a folder"),
+        ("notes.txt", "holds a file that is not results of this plugin .*"),
+        ("x" * 300 + ".json", "cannot be looked at: File name too long; give another path"),
     ],
-    ids=["empty", "blank", "folder", "under a file"],
+    ids=["empty", "blank", "folder", "under a file", "a file of the user's", "a name too long"],
 )
 def test_a_results_path_must_be_a_file_that_can_be_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, problem: str
@@ -304,3 +343,13 @@ def test_a_results_path_must_be_a_file_that_can_be_written(
         settings.parse_results_path(given)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt", "out"]
     assert settings.parse_results_path("out/results.json") == Path("out/results.json")
+
+
+def test_a_results_path_expands_the_home_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--cudagraph-json=~/r.json``: no shell expands a ``~`` after ``=``."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert settings.parse_results_path("~/out/r.json") == tmp_path / "out" / "r.json"
+    assert not (tmp_path / "~").exists()
