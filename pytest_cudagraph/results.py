@@ -667,6 +667,8 @@ def read_document(path: Path) -> dict[str, object]:
     """A results file of this plugin's format: a JSON object of format ``JSON_FORMAT``;
     ValueError naming the file otherwise (OSError where it cannot be read). Whether every
     section is there and of its type is ``check_document``'s."""
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO would block the read
+        raise ValueError(f"{path}: not a regular file")
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:

@@ -160,6 +160,8 @@ def pending_comparison(
     them; an output without parts compares exactly."""
     parts = checked_parts(tolerance)
     whole = EXACT if parts is not None else tolerance
+    for value, side in zip((expected, actual), sides, strict=True):
+        trees.check_bounds(value, f"{side} {path}")  # the walk below recurses
     assert isinstance(whole, Tolerance)
     found: list[Mismatch | PendingValues] = []
     _compare(expected, actual, float(whole.rtol), float(whole.atol), path, sides, found, parts)

@@ -405,3 +405,15 @@ def test_the_largest_difference_is_over_the_differing_elements_only():
     expected, actual = torch.tensor([100.0, 0.0]), torch.tensor([105.0, 1.0])
     (mismatch,) = compare_outputs(expected, actual, rtol=0.1)  # 5 within 10; 1 past 0
     assert (mismatch.first_index, mismatch.differing, mismatch.max_abs_diff) == ((1,), 1, 1.0)
+
+
+def test_values_nested_past_the_walks_bound_are_refused_naming_the_side() -> None:
+    deep: list[object] = [1.0]
+    for _ in range(3000):
+        deep = [deep]
+    with pytest.raises(ValueError, match=r"^graphed output\S*: .*deeper than"):
+        compare_outputs([[1.0]], deep)
+    looped: list[object] = []
+    looped.append(looped)
+    with pytest.raises(ValueError, match=r"^eager output"):
+        compare_outputs(looped, [])

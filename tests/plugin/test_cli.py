@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -190,3 +191,12 @@ def test_a_bad_command_line_is_a_usage_error(
         cli.main(argv)
     assert stopped.value.code == 2
     assert capsys.readouterr().err.startswith("usage: pytest-cudagraph")
+
+
+def test_report_refuses_a_special_file_without_reading_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fifo = tmp_path / "results.json"
+    os.mkfifo(fifo)  # reading it would wait for a writer for ever
+    assert cli.main(["report", str(fifo)]) == 2
+    assert capsys.readouterr().err == f"pytest-cudagraph report: {fifo}: not a regular file\n"
