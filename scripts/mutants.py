@@ -886,16 +886,16 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (
             "load_state rebinds a buffer instead of copying into it",
-            "getattr(slot.owner, slot.name).copy_(state[path])",
-            "getattr(slot.owner, slot.name).data = state[path].clone()",
+            "there.copy_(state[path])  # type: ignore[arg-type]",
+            "there.data = state[path].clone()  # type: ignore[union-attr]",
             (
                 "tests/engines/test_state.py::test_load_state_writes_in_place_keeping_every_tensors_storage",
             ),
         ),
         (
             "every number set, even to its own value",
-            "            elif getattr(slot.owner, slot.name) != state[path]:\n",
-            "            else:\n",
+            "            elif slot.owner is not None and there != state[path]:\n",
+            "            elif slot.owner is not None:\n",
             ("tests/engines/test_state.py::test_load_state_sets_a_number_only_where_it_differs",),
         ),
         (
@@ -919,6 +919,38 @@ MUTANTS: tuple[Mutant, ...] = (
             "if slots.keys() != state.keys():",
             "if not slots.keys() <= state.keys():",
             ("tests/engines/test_state.py::test_a_state_with_every_path_and_one_more_is_refused",),
+        ),
+        (
+            "tensors kept in lists and dicts left out of the state",
+            "            elif _holds_tensors(value):\n",
+            "            elif False:\n",
+            (
+                "tests/engines/test_state.py::test_tensors_kept_in_lists_and_dicts_are_state_and_compared_by_index",
+            ),
+        ),
+        (
+            "a listed tensor replaced instead of copied into",
+            "            item.copy_(new)\n",
+            "            there[key] = _copied(new)  # type: ignore[index]\n",
+            (
+                "tests/engines/test_state.py::test_load_state_copies_into_listed_tensors_and_gives_a_list_the_states_length",
+            ),
+        ),
+        (
+            "a list kept at its own length",
+            "        del there[len(value) :]\n",
+            "",
+            (
+                "tests/engines/test_state.py::test_load_state_copies_into_listed_tensors_and_gives_a_list_the_states_length",
+            ),
+        ),
+        (
+            "two sides sharing a buffer taken for two of their own",
+            "        if (address := tensor.untyped_storage().data_ptr()) in written\n",
+            "        if (address := tensor.untyped_storage().data_ptr()) in written and False\n",
+            (
+                "tests/engines/test_state.py::test_two_sides_holding_the_same_module_or_buffer_are_named",
+            ),
         ),
         (
             "states compared without the tolerance",
