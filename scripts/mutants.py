@@ -930,8 +930,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (
             "a listed tensor replaced instead of copied into",
-            "            item.copy_(new)\n",
-            "            there[key] = _copied(new)  # type: ignore[index]\n",
+            "            item.copy_(given[key])  # type: ignore[arg-type]\n",
+            "            _set(there, key, _copied(given[key]))\n",
             (
                 "tests/engines/test_state.py::test_load_state_copies_into_listed_tensors_and_gives_a_list_the_states_length",
             ),

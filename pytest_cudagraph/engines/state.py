@@ -237,12 +237,11 @@ def _check_fits(there: object, value: object, path: str) -> None:
     elif isinstance(there, CONTAINERS):
         if type(value) is not type(there):
             raise ValueError(f"{path}: {_describe(value)} does not fit {_describe(there)}")
-        if isinstance(there, tuple) and len(value) != len(there):  # type: ignore[arg-type]
-            raise ValueError(f"{path}: a tuple of {len(value)} does not fit one of {len(there)}")  # type: ignore[arg-type]
-        for key, item in _items(there):
-            if key not in _keys(value):
-                continue
-            new = value[key]  # type: ignore[index]
+        mine, given = _entries(there), _entries(value)
+        if isinstance(there, tuple) and len(given) != len(mine):
+            raise ValueError(f"{path}: a tuple of {len(given)} does not fit one of {len(mine)}")
+        for key in mine.keys() & given.keys():
+            item, new = mine[key], given[key]
             if isinstance(there, tuple) and isinstance(item, NUMBERS) and item != new:
                 raise ValueError(f"{path}[{key!r}]: a number in a tuple cannot be set")
             _check_fits(item, new, f"{path}[{key!r}]")
@@ -250,42 +249,44 @@ def _check_fits(there: object, value: object, path: str) -> None:
         raise ValueError(f"{path}: {_describe(value)} is not a number")
 
 
-def _write_into(
-    there: list[object] | tuple[object, ...] | dict[object, object], value: object
-) -> None:
-    """Write a copied container into ``there`` in place: tensors copied into, numbers set in a
-    list or dict, a list or dict given the copy's length (new items are copies)."""
+def _write_into(there: object, value: object) -> None:
+    """Write a copied container into the container ``there`` in place: tensors copied into,
+    numbers set in a list or dict, a list or dict given the copy's length (new items copies)."""
     import torch
 
-    for key, item in _items(there):
-        if key not in _keys(value):
+    given = _entries(value)
+    for key, item in _entries(there).items():
+        if key not in given:
             continue
-        new = value[key]  # type: ignore[index]
         if isinstance(item, torch.Tensor):
-            item.copy_(new)
+            item.copy_(given[key])  # type: ignore[arg-type]
         elif isinstance(item, CONTAINERS):
-            _write_into(item, new)
-        elif item != new:  # a list's or a dict's: a tuple's were checked equal
-            there[key] = new  # type: ignore[index]
-    if isinstance(there, list):
-        assert isinstance(value, list)
+            _write_into(item, given[key])
+        elif item != given[key]:  # a list's or a dict's: a tuple's were checked equal
+            _set(there, key, given[key])
+    if isinstance(there, list) and isinstance(value, list):
         del there[len(value) :]
         there.extend(_copied(item) for item in value[len(there) :])
-    elif isinstance(there, dict):
-        assert isinstance(value, dict)
+    elif isinstance(there, dict) and isinstance(value, dict):
         for key in [key for key in there if key not in value]:
             del there[key]
         there.update({key: _copied(item) for key, item in value.items() if key not in there})
 
 
-def _items(container: object) -> list[tuple[object, object]]:
+def _entries(container: object) -> dict[object, object]:
+    """A list's or tuple's items by index, a dict's by key (nothing for anything else)."""
     if isinstance(container, dict):
-        return list(container.items())
-    return list(enumerate(container))  # type: ignore[call-overload]
+        return dict(container)
+    if isinstance(container, (list, tuple)):
+        return dict(enumerate(container))
+    return {}
 
 
-def _keys(container: object) -> set[object]:
-    return {key for key, _ in _items(container)}
+def _set(container: object, key: object, value: object) -> None:
+    if isinstance(container, dict):
+        container[key] = value
+    elif isinstance(container, list) and isinstance(key, int):
+        container[key] = value
 
 
 def _describe(value: object) -> str:
@@ -293,5 +294,5 @@ def _describe(value: object) -> str:
     if shape is not None:
         return f"a {getattr(value, 'dtype', '')} tensor of shape {tuple(shape)}"
     if isinstance(value, CONTAINERS):
-        return f"a {type(value).__name__} of {len(value)}"
+        return f"a {type(value).__name__} of {len(_entries(value))}"
     return f"{type(value).__name__} {value!r}"
