@@ -403,9 +403,7 @@ class Lockstep:
         with self._seeded(seed):
             return trees.cloned(self.target.eager(inputs))
 
-    def graphed(
-        self, inputs: Inputs, seed: int | None, where: str, *, raw: bool = False
-    ) -> object:
+    def graphed(self, inputs: Inputs, seed: int | None, where: str, *, raw: bool = False) -> object:
         """The graphed side's call under ``seed`` (its output as it is with ``raw``, else as
         ``graphed_call`` keeps it), then the states compared."""
         captures = len(self.counter.captures) if self.counter is not None else 0
