@@ -97,7 +97,7 @@ def test_capture_does_not_advance_state(
             f"(1 to {MOST_STEPS} calls on its inputs); after one: {apart[0].describe()}"
         )
     later = case + target.num_keys
-    lockstep.sync()
+    lockstep.sync()  # the eager side made more calls
     problems += lockstep.judge(
         functools.partial(draw, target, later, later), SEED, f"case {later}, its first replay"
     )

@@ -82,9 +82,10 @@ class StepGraph:
                 for _ in range(self.warm_ups):
                     self.step(**self.static)
             self.restore(saved)
-            self.graph = self.graph_class()
-            self.graph.capture_begin()  # type: ignore[attr-defined]
-            self.graph.capture_end()  # type: ignore[attr-defined]
+            graph = self.graph_class()
+            graph.capture_begin()
+            graph.capture_end()
+            self.graph = graph  # kept once its capture succeeded
             return
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -93,9 +94,10 @@ class StepGraph:
                 self.step(**self.static)
         torch.cuda.current_stream().wait_stream(side)
         self.restore(saved)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):  # records the step; runs nothing
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):  # records the step; runs nothing
             self.output = self.step(**self.static)
+        self.graph = graph  # kept once its capture succeeded
 
     def drop(self) -> None:
         """The graph let go (the next call captures again); the state stays."""
@@ -249,7 +251,9 @@ def counted(device: torch.device, graph_class: type | None, undo: bool) -> CudaG
     )
 
 
-def capture_advancing_cache(device: torch.device, graph_class: type | None = None) -> CudaGraphTarget:
+def capture_advancing_cache(
+    device: torch.device, graph_class: type | None = None
+) -> CudaGraphTarget:
     """The warm-ups run the step on the live cache and position: three steps no one called."""
     return counted(device, graph_class, undo=False)
 
