@@ -1,4 +1,3 @@
-# decode_token_target.py
 import torch
 
 from examples.decode_model import MAX_SEQ, VOCAB, decode_one_token, make_model
