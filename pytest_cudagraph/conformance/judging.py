@@ -102,18 +102,24 @@ def graphed_path(target: CudaGraphTarget) -> Callable[[Inputs], Any]:
     return target.graphed
 
 
-def eager_call(target: CudaGraphTarget, inputs: Inputs, seed: int) -> object:
-    """The eager side on ``inputs`` with torch's generators seeded with ``seed``, copied: an
-    eager output that is a view of state the graphed side writes must not change with it."""
-    with rng.seeded(target.device, seed):
+def eager_call(target: CudaGraphTarget, inputs: Inputs, seed: int | None) -> object:
+    """The eager side on ``inputs`` with torch's generators seeded with ``seed`` (None: as the
+    caller seeded them), copied: an eager output that is a view of state the graphed side
+    writes must not change with it."""
+    with seeded(target, seed):
         return trees.cloned(target.eager(inputs))
 
 
-def graphed_call(target: CudaGraphTarget, inputs: Inputs, seed: int) -> object:
-    """The graphed side on ``inputs`` under ``seed``, as an output the caller may keep: copied
-    right away unless the target's outputs are owned."""
-    with rng.seeded(target.device, seed):
+def graphed_call(target: CudaGraphTarget, inputs: Inputs, seed: int | None) -> object:
+    """The graphed side on ``inputs`` under ``seed`` (None: as the caller seeded torch), as an
+    output the caller may keep: copied right away unless the target's outputs are owned."""
+    with seeded(target, seed):
         return kept(target, graphed_path(target)(inputs))
+
+
+def seeded(target: CudaGraphTarget, seed: int | None) -> contextlib.AbstractContextManager[object]:
+    """torch's generators seeded with ``seed`` for the block; None leaves them as they are."""
+    return contextlib.nullcontext() if seed is None else rng.seeded(target.device, seed)
 
 
 def kept(target: CudaGraphTarget, output: object) -> object:
@@ -353,7 +359,7 @@ class Lockstep:
 
     Made at the start of a check, it brings the states together (``sync``: ``State.reset``
     for accumulating state, which is judged by episodes of ``EPISODE_CALLS`` calls, or else
-    the graphed side's state copied into the eager side's). ``eager`` and ``graphed`` call a
+    the graphed side's state copied into the eager side's, where the target gives it). ``eager`` and ``graphed`` call a
     side; after each graphed call the states are compared (``State.sides``): the first call
     after which they parted is kept, with the state's path, the element and whether that call
     captured or was the first replay after a capture (``counter``, where the check counts),
@@ -388,8 +394,10 @@ class Lockstep:
         return self.model is not None and self.model.accumulating
 
     def sync(self) -> None:
-        """Both sides' states brought together: reset (an episode begins) or transplanted."""
-        if self.reset is not None and (self.sides is None or self.episodic):
+        """Both sides' states brought together: reset where the state accumulates (an episode
+        begins), else the graphed side's copied into eager's (where ``State.sides`` says what
+        holds it; a reset is not asked of state written by position: it may rebuild buffers)."""
+        if self.reset is not None and self.episodic:
             self.reset()
             self._in_episode = 0
         elif self.sides is not None:
@@ -400,14 +408,13 @@ class Lockstep:
         new episode first, where one is due)."""
         if self.episodic and self._in_episode >= EPISODE_CALLS:
             self.sync()
-        with self._seeded(seed):
-            return trees.cloned(self.target.eager(inputs))
+        return eager_call(self.target, inputs, seed)
 
     def graphed(self, inputs: Inputs, seed: int | None, where: str, *, raw: bool = False) -> object:
         """The graphed side's call under ``seed`` (its output as it is with ``raw``, else as
         ``graphed_call`` keeps it), then the states compared."""
         captures = len(self.counter.captures) if self.counter is not None else 0
-        with self._seeded(seed):
+        with seeded(self.target, seed):
             output = graphed_path(self.target)(inputs)
         output = output if raw else kept(self.target, output)
         captured = self.counter is not None and len(self.counter.captures) > captures
@@ -476,11 +483,6 @@ class Lockstep:
         if self.episodic:
             how += f", judged by episodes of {EPISODE_CALLS} calls from state.reset"
         return how
-
-    def _seeded(self, seed: int | None) -> contextlib.AbstractContextManager[object]:
-        if seed is None:
-            return contextlib.nullcontext()
-        return rng.seeded(self.target.device, seed)
 
     def _how(self, inputs: Inputs, captured: bool) -> str:
         """What the graphed call was: it captured, or the first replay after its capture."""

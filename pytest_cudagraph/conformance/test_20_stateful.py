@@ -4,7 +4,7 @@ lengths) must not let one call's state reach the next. A target says it keeps st
 sides make every episode (in lockstep: one call sequence, from one state), and where the target
 gives ``state.sides`` their states are compared after each.
 
-- state isolation: two episodes on one cached key, back to back in both orders from a reset
+- state isolation: two episodes on one cached key, back to back in both orders from one state
   (so that each follows the other once: a longer one before a shorter one, whichever it is),
   each equal to eager. A counter or length not reset between targets shows through.
 - state reset: ``reset_state()`` keeps every graph cached, and the next episode on each key is
