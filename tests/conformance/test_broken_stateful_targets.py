@@ -106,7 +106,9 @@ def as_the_suite_runs(target: CudaGraphTarget, checks: list[str]) -> dict[str, l
 # The acceptance case: a position-addressed KV cache, each side its own
 
 
-@pytest.mark.parametrize("order", [0, 1, 2])
+@pytest.mark.parametrize(
+    "order", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)]
+)
 def test_a_decode_step_over_a_static_kv_cache_passes_every_comparing_check_in_any_order(
     order: int,
 ) -> None:
@@ -202,7 +204,10 @@ def test_capture_does_not_advance_state_needs_a_capture_and_state_sides() -> Non
         COMPARING["capture does not advance state"](without_state)
 
 
-@pytest.mark.parametrize("factory", TWINS)
+@pytest.mark.parametrize(
+    "factory",
+    [pytest.param(TWINS[0], marks=pytest.mark.slow), *TWINS[1:]],  # the first compiles its step
+)
 def test_each_twin_keeps_the_protocol_on_the_cpu(factory: str) -> None:
     target = getattr(broken_stateful_targets, factory)(CPU)
     validate_target(factory, target, CPU)
