@@ -215,6 +215,52 @@ def test_each_twin_keeps_the_protocol_on_the_cpu(factory: str) -> None:
     assert target.state is not None and target.state.sides is not None
 
 
+WARMED_AT_START_UP = """
+import torch
+
+from pytest_cudagraph.conformance import State, hand_written
+
+
+class Slots(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(4))
+
+    def forward(self, inputs):
+        self.cache[int(inputs["at"])] = inputs["x"]
+        return self.cache.sum().reshape(1)
+
+
+def make_target(device):
+    eager, graphed = Slots(), Slots()
+    graphed.cache.fill_(1.0)  # warmed up at start-up on its live cache
+    return hand_written(
+        device=device,
+        eager=eager,
+        graphed=graphed,
+        keys=[0],
+        draw=lambda generator, case: {"x": torch.rand((), generator=generator), "at": 0},
+        key_of=lambda inputs: 0,
+        state=State(sides=lambda: (eager, graphed)),
+    )
+"""
+
+
+@pytest.mark.slow
+def test_the_suite_brings_the_sides_states_together_before_each_check(
+    run_suite: Callable[..., pytest.RunResult],
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What one side did before a check (its start-up here, an earlier check's calls in a
+    run) does not reach the check's comparison: the dry run compares the graphed side, which
+    runs on the CPU, with eager from one state."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    pytester.makepyfile(warmed=WARMED_AT_START_UP)
+    result = run_suite("--cudagraph-target", "warmed:make_target", "-k", "dry_run")
+    assert table_verdicts(result) == {"dry run": "passed"}, result.stdout.str()
+
+
 # GPU: the suite on each twin
 
 # Checks that compare the sides after a key's graph was used: a stateful fault may show in any.
