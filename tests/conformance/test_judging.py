@@ -216,16 +216,16 @@ def test_calls_over_keys_take_each_held_key_in_turn_round_after_round() -> None:
 
 class Slots(nn.Module):
     """A cache written at a position each call, the answer read over every position: the shape
-    of a static KV cache. ``skew`` is added to what a call writes from the ``skew_from``-th call
-    of this copy on (a graph that writes its state wrong; private: not state)."""
+    of a static KV cache. ``skew`` is added to what this copy's call number ``skew_at`` writes
+    (a graph that writes its state wrong once; private: not state)."""
 
-    def __init__(self, skew: float = 0.0, skew_from: int = 0) -> None:
+    def __init__(self, skew: float = 0.0, skew_at: int = 0) -> None:
         super().__init__()
         self.register_buffer("cache", torch.zeros(4))
-        self._skew, self._skew_from, self._calls = skew, skew_from, 0
+        self._skew, self._skew_at, self._calls = skew, skew_at, 0
 
     def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        wrong = self._skew if self._calls >= self._skew_from else 0.0
+        wrong = self._skew if self._calls == self._skew_at else 0.0
         self._calls += 1
         self.cache[int(inputs["at"])] = inputs["x"] + wrong
         return self.cache.sum().reshape(1)
@@ -302,21 +302,23 @@ def test_judged_compares_the_states_the_two_calls_leave() -> None:
 
 
 def test_lockstep_names_the_first_call_whose_state_parted_and_goes_on_from_one_state() -> None:
-    eager, graphed = Slots(), Slots(skew=0.5, skew_from=2)
+    eager, graphed = Slots(), Slots(skew=0.5, skew_at=2)
     target = stateful_target(eager, graphed)
     lockstep = Lockstep(target, target.state.sides, None)  # type: ignore[union-attr]
     problems = []
     for case in range(4):
-        make = lambda case=case: draw_slot(torch.Generator().manual_seed(case), target.case(case))  # noqa: E731
+
+        def make(case: int = case) -> dict[str, torch.Tensor]:
+            return {"x": torch.tensor(float(case)), "at": torch.tensor(case)}  # slot by slot
+
         problems += lockstep.judge(make, case, f"case {case}")
-    # Call 2 wrote its slot wrong (its own answer too); call 3 starts from one state again, so
-    # its answer differs only where call 3 is wrong itself.
-    assert [p.split(":")[0] for p in problems] == ["case 2", "case 3"]
-    [parted] = lockstep.problems()
-    assert parted.startswith(
-        "the two sides' states parted after call 2 (case 2): state['cache'] at index ("
-    )
-    assert parted.endswith("; they parted 2 times in all (brought together again each time)")
+    # Call 2 wrote its slot wrong; call 3, which reads it, starts from one state again.
+    assert [problem.split(":")[0] for problem in problems] == ["case 2"]
+    assert lockstep.problems() == [
+        "the two sides' states parted after call 2 (case 2): state['cache'] at index (2,): eager "
+        "2, graphed 2.5 (|diff| 0.5, rel 0.25; tolerance exact); 1 of 4 elements differ, "
+        "largest |diff| 0.5"
+    ]
     assert lockstep.describe() == "state compared after each call"
 
 
@@ -337,12 +339,12 @@ class Captured:
 
 
 def test_lockstep_says_whether_the_call_captured_or_was_the_first_replay_after_it() -> None:
-    for skew_from, how in (
+    for skew_at, how in (
         (0, "it captured its graph (warm-ups, capture, first replay)"),
         (1, "the first replay after its capture"),
         (2, "a replay"),
     ):
-        eager, graphed = Slots(), Slots(skew=1.0, skew_from=skew_from)
+        eager, graphed = Slots(), Slots(skew=1.0, skew_at=skew_at)
         sides = (eager, graphed)
         target = stateful_target(eager, Captured(graphed), state=State(sides=lambda: sides))  # noqa: B023
         with CaptureCounter(StandInGraph) as counter:
@@ -352,7 +354,7 @@ def test_lockstep_says_whether_the_call_captured_or_was_the_first_replay_after_i
                 lockstep.eager(inputs, case)
                 lockstep.graphed(dict(inputs), case, f"case {case}")
         assert lockstep.problems()[0].startswith(
-            f"the two sides' states parted after call {skew_from} (case {skew_from}; {how}): "
+            f"the two sides' states parted after call {skew_at} (case {skew_at}; {how}): "
         )
 
 
