@@ -359,8 +359,9 @@ class Lockstep:
 
     Made at the start of a check, it brings the states together (``sync``: ``State.reset``
     for accumulating state, which is judged by episodes of ``EPISODE_CALLS`` calls, or else
-    the graphed side's state copied into the eager side's, where the target gives it). ``eager`` and ``graphed`` call a
-    side; after each graphed call the states are compared (``State.sides``): the first call
+    the graphed side's state copied into the eager side's, where the target gives it).
+    ``eager`` and ``graphed`` call a side; after each graphed call the states are compared
+    (``State.sides``): the first call
     after which they parted is kept, with the state's path, the element and whether that call
     captured or was the first replay after a capture (``counter``, where the check counts),
     and the states are brought together again, so that each later call is judged from one
@@ -477,7 +478,7 @@ class Lockstep:
         """What the check did with the state, for its figure ("" for a target without)."""
         if not self.stateful:
             return ""
-        how = "state compared after each call" if self.sides is not None else "state reset"
+        how = "state compared after each call" if self.sides is not None else "state kept"
         if self.model is not None:
             how += f"; {self.model.describe()}"
         if self.episodic:

@@ -43,23 +43,26 @@ def test_padded_batches(
     problems: list[str] = []
     keys: set[object] = set()
     poisoned = 0
-    for rows in range(1, padding.largest + 1):
-        inputs = padded(target, padding, rows)
-        key = target.key_of(inputs)
-        keys.add(key)
-        where = f"{rows} real rows (key {key!r}, seed {rows})"
-        problems += lockstep.judge(functools.partial(padded, target, padding, rows), rows, where)
-        if padding.junk is None:
-            continue
-        junk = padding.junk(padded(target, padding, rows))
-        poisoned += bool(compare_outputs(inputs, junk))
-        expected = lockstep.eager(padded(target, padding, rows), rows)
-        actual = graphed_call(target, junk, seed=rows)
-        lockstep.sync()
-        problems += [
-            f"{where}, junk in its padded part: {d}"
-            for d in differences(target, inputs, expected, actual)
-        ]
+    with capture_counter:
+        for rows in range(1, padding.largest + 1):
+            inputs = padded(target, padding, rows)
+            key = target.key_of(inputs)
+            keys.add(key)
+            where = f"{rows} real rows (key {key!r}, seed {rows})"
+            problems += lockstep.judge(
+                functools.partial(padded, target, padding, rows), rows, where
+            )
+            if padding.junk is None:
+                continue
+            junk = padding.junk(padded(target, padding, rows))
+            poisoned += bool(compare_outputs(inputs, junk))
+            expected = lockstep.eager(padded(target, padding, rows), rows)
+            actual = graphed_call(target, junk, seed=rows)
+            lockstep.sync()
+            problems += [
+                f"{where}, junk in its padded part: {d}"
+                for d in differences(target, inputs, expected, actual)
+            ]
     if padding.junk is not None and not poisoned:
         problems.append(
             f"padding.junk changed no call of 1 to {padding.largest} real rows: nothing was "
