@@ -1324,37 +1324,49 @@ MUTANTS: tuple[Mutant, ...] = (
             "a transplant that copies nothing",
             "        load_state(eager_side, module_state(graphed_side))\n",
             "        module_state(graphed_side)\n",
-            ("tests/conformance/test_judging.py::test_transplant_copies_the_graphed_state_into_the_eager_side_in_place",),
+            (
+                "tests/conformance/test_judging.py::test_transplant_copies_the_graphed_state_into_the_eager_side_in_place",
+            ),
         ),
         (
             "the states compared after no call",
-            "        self.compare_state(f\"after call {self.calls}",
-            "        (f\"after call {self.calls}",
-            ("tests/conformance/test_judging.py::test_lockstep_names_the_first_call_whose_state_parted_and_goes_on_from_one_state",),
+            '        self.compare_state(f"after call {self.calls}',
+            '        (f"after call {self.calls}',
+            (
+                "tests/conformance/test_judging.py::test_lockstep_names_the_first_call_whose_state_parted_and_goes_on_from_one_state",
+            ),
         ),
         (
             "states left apart once they parted",
-            "            self.first_parting = f\"{when}: {found[0].describe()}{more}\"\n        self.sync()\n",
-            "            self.first_parting = f\"{when}: {found[0].describe()}{more}\"\n",
-            ("tests/conformance/test_judging.py::test_lockstep_names_the_first_call_whose_state_parted_and_goes_on_from_one_state",),
+            '            self.first_parting = f"{when}: {found[0].describe()}{more}"\n        self.sync()\n',
+            '            self.first_parting = f"{when}: {found[0].describe()}{more}"\n',
+            (
+                "tests/conformance/test_judging.py::test_lockstep_names_the_first_call_whose_state_parted_and_goes_on_from_one_state",
+            ),
         ),
         (
             "an accumulating target never given a new episode",
             "        if self.episodic and self._in_episode >= EPISODE_CALLS:\n",
             "        if False:\n",
-            ("tests/conformance/test_judging.py::test_an_accumulating_target_is_judged_by_episodes_from_its_reset",),
+            (
+                "tests/conformance/test_judging.py::test_an_accumulating_target_is_judged_by_episodes_from_its_reset",
+            ),
         ),
         (
             "a repeated call's change not seen",
             "        if changed:\n            index = changed[0].first_index\n",
             "        if False:\n            index = changed[0].first_index\n",
-            ("tests/conformance/test_judging.py::test_an_accumulating_target_is_judged_by_episodes_from_its_reset",),
+            (
+                "tests/conformance/test_judging.py::test_an_accumulating_target_is_judged_by_episodes_from_its_reset",
+            ),
         ),
         (
             "the first replay after a capture not told from a later one",
             "        if key in self._captured:\n",
             "        if False:\n",
-            ("tests/conformance/test_judging.py::test_lockstep_says_whether_the_call_captured_or_was_the_first_replay_after_it",),
+            (
+                "tests/conformance/test_judging.py::test_lockstep_says_whether_the_call_captured_or_was_the_first_replay_after_it",
+            ),
         ),
         (
             "the diagnosis blind to the states",
