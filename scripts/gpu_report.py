@@ -23,6 +23,7 @@ STEPS = (
     "conformance-kv",
     "conformance-lean",
     "conformance-decode-step",
+    "conformance-decode-token",
     "conformance-graphed-layer",
     "conformance-bucket-runner",
     "conformance-foreign",

@@ -109,6 +109,8 @@ run conformance-lean --pyargs pytest_cudagraph.conformance --cudagraph-target re
 # live in tests/conformance, the README's quick start in tests/project/quickstart.
 PYTHONPATH=tests/conformance run conformance-decode-step --pyargs pytest_cudagraph.conformance \
     --cudagraph-target examples.decode_step_target:make_target
+PYTHONPATH=tests/conformance run conformance-decode-token --pyargs pytest_cudagraph.conformance \
+    --cudagraph-target examples.decode_token_target:make_target
 PYTHONPATH=tests/conformance run conformance-graphed-layer --pyargs pytest_cudagraph.conformance \
     --cudagraph-target examples.graphed_layer_target:make_target
 PYTHONPATH=tests/conformance run conformance-bucket-runner --pyargs pytest_cudagraph.conformance \

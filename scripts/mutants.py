@@ -886,16 +886,16 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (
             "load_state rebinds a buffer instead of copying into it",
-            "getattr(slot.owner, slot.name).copy_(state[path])",
-            "getattr(slot.owner, slot.name).data = state[path].clone()",
+            "there.copy_(state[path])  # type: ignore[arg-type]",
+            "there.data = state[path].clone()  # type: ignore[union-attr]",
             (
                 "tests/engines/test_state.py::test_load_state_writes_in_place_keeping_every_tensors_storage",
             ),
         ),
         (
             "every number set, even to its own value",
-            "            elif getattr(slot.owner, slot.name) != state[path]:\n",
-            "            else:\n",
+            "            elif slot.owner is not None and there != state[path]:\n",
+            "            elif slot.owner is not None:\n",
             ("tests/engines/test_state.py::test_load_state_sets_a_number_only_where_it_differs",),
         ),
         (
@@ -919,6 +919,38 @@ MUTANTS: tuple[Mutant, ...] = (
             "if slots.keys() != state.keys():",
             "if not slots.keys() <= state.keys():",
             ("tests/engines/test_state.py::test_a_state_with_every_path_and_one_more_is_refused",),
+        ),
+        (
+            "tensors kept in lists and dicts left out of the state",
+            "            elif _holds_tensors(value):\n",
+            "            elif False:\n",
+            (
+                "tests/engines/test_state.py::test_tensors_kept_in_lists_and_dicts_are_state_and_compared_by_index",
+            ),
+        ),
+        (
+            "a listed tensor replaced instead of copied into",
+            "            item.copy_(given[key])  # type: ignore[arg-type]\n",
+            "            _set(there, key, _copied(given[key]))\n",
+            (
+                "tests/engines/test_state.py::test_load_state_copies_into_listed_tensors_and_gives_a_list_the_states_length",
+            ),
+        ),
+        (
+            "a list kept at its own length",
+            "        del there[len(value) :]\n",
+            "",
+            (
+                "tests/engines/test_state.py::test_load_state_copies_into_listed_tensors_and_gives_a_list_the_states_length",
+            ),
+        ),
+        (
+            "two sides sharing a buffer taken for two of their own",
+            "        if (address := tensor.untyped_storage().data_ptr()) in written\n",
+            "        if (address := tensor.untyped_storage().data_ptr()) in written and False\n",
+            (
+                "tests/engines/test_state.py::test_two_sides_holding_the_same_module_or_buffer_are_named",
+            ),
         ),
         (
             "states compared without the tolerance",
@@ -1280,6 +1312,69 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     # The target's validation: each field checked where it enters, before any check runs.
+    *_mutants(
+        "pytest_cudagraph/conformance/judging.py",
+        (
+            "both sides' same state taken for two of their own",
+            "    shared = shared_state(*pair)\n",
+            "    shared: list[str] = []\n",
+            ("tests/conformance/test_judging.py::test_state_sides_must_be_two_roots_of_their_own",),
+        ),
+        (
+            "a transplant that copies nothing",
+            "        load_state(eager_side, module_state(graphed_side))\n",
+            "        module_state(graphed_side)\n",
+            (
+                "tests/conformance/test_judging.py::test_transplant_copies_the_graphed_state_into_the_eager_side_in_place",
+            ),
+        ),
+        (
+            "the states compared after no call",
+            '        self.compare_state(f"after call {self.calls}',
+            '        (f"after call {self.calls}',
+            (
+                "tests/conformance/test_judging.py::test_lockstep_names_the_first_call_whose_state_parted_and_goes_on_from_one_state",
+            ),
+        ),
+        (
+            "states left apart once they parted",
+            '            self.first_parting = f"{when}: {found[0].describe()}{more}"\n        self.sync()\n',
+            '            self.first_parting = f"{when}: {found[0].describe()}{more}"\n',
+            (
+                "tests/conformance/test_judging.py::test_lockstep_names_the_first_call_whose_state_parted_and_goes_on_from_one_state",
+            ),
+        ),
+        (
+            "an accumulating target never given a new episode",
+            "        if self.episodic and self._in_episode >= EPISODE_CALLS:\n",
+            "        if False:\n",
+            (
+                "tests/conformance/test_judging.py::test_an_accumulating_target_is_judged_by_episodes_from_its_reset",
+            ),
+        ),
+        (
+            "a repeated call's change not seen",
+            "        if changed:\n            index = changed[0].first_index\n",
+            "        if False:\n            index = changed[0].first_index\n",
+            (
+                "tests/conformance/test_judging.py::test_an_accumulating_target_is_judged_by_episodes_from_its_reset",
+            ),
+        ),
+        (
+            "the first replay after a capture not told from a later one",
+            "        if key in self._captured:\n",
+            "        if False:\n",
+            (
+                "tests/conformance/test_judging.py::test_lockstep_says_whether_the_call_captured_or_was_the_first_replay_after_it",
+            ),
+        ),
+        (
+            "the diagnosis blind to the states",
+            "        transplant(self.sides)\n        inputs = make()\n",
+            "        inputs = make()\n",
+            ("tests/conformance/test_judging.py::test_a_difference_is_diagnosed_from_one_state",),
+        ),
+    ),
     *_mutants(
         "pytest_cudagraph/conformance/target.py",
         (

@@ -363,8 +363,7 @@ def _target(
 class _Sides:
     """What the adapters that graph ``fn`` run each side on: its code and its model (None
     when fn takes none), one call through a step (the user's ``call`` or the adapter's own),
-    and the modules the module-state check compares (None when the sides share them or hold
-    none)."""
+    and what holds each side's state (None when the sides share it or hold none)."""
 
     graphed_code: Callable[..., object]
     eager_code: Callable[..., object]
@@ -416,8 +415,10 @@ def _separated(
 def _side_state(
     eager_code: object, graphed_code: object, eager_model: object, graphed_model: object
 ) -> Callable[[], tuple[object, object]] | None:
-    """The modules each side runs on, for the module-state check: the models, or the code when
-    it is a module itself; None when they hold none."""
+    """What holds each side's state (``State.sides``): the models, or the code when it is a
+    module itself; None when they hold none. Their state is every buffer a call writes, and
+    every tensor and number attribute, tensors in lists and dicts too (engines.state), so every
+    check that compares the sides keeps them in step and compares them after each call."""
     import torch
 
     if eager_model is not None:

@@ -13,7 +13,7 @@ import torch
 
 from pytest_cudagraph import results
 from pytest_cudagraph.conformance import suite
-from pytest_cudagraph.conformance.judging import lock_was_held
+from pytest_cudagraph.conformance.judging import in_step, lock_was_held
 from pytest_cudagraph.conformance.progress import CheckProgress, check_progress
 from pytest_cudagraph.conformance.protocol import CudaGraphTarget
 from pytest_cudagraph.engines.captures import CaptureCounter
@@ -32,14 +32,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def target(conformance_target: CudaGraphTarget) -> Iterator[CudaGraphTarget]:
-    """The session's target, reset before and after the check (when it can be). Its lock
-    must be free before and after: a check that finds it held frees it, so that one broken
-    check does not hang the rest. After the check, what a failure keeps alive is let go and
-    the device's work finished: a failed check leaves nothing for a later one to measure."""
+    """The session's target, reset before and after the check (when it can be), its two sides'
+    states brought together before it (``State.sides``: what one check called on one side
+    alone does not reach the next check's comparisons). Its lock must be free before and
+    after: a check that finds it held frees it, so that one broken check does not hang the
+    rest. After the check, what a failure keeps alive is let go and the device's work
+    finished: a failed check leaves nothing for a later one to measure."""
     reset = conformance_target.cache.reset if conformance_target.cache is not None else None
     require_lock_free(conformance_target, "before this check")
     if reset is not None:
         reset()
+    in_step(conformance_target)
     yield conformance_target
     suite.forget_last_failure()
     if conformance_target.device.type == "cuda":

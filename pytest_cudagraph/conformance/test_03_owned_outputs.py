@@ -5,18 +5,22 @@
   valid once the call returns, and the eager side does not reach the graphed side's buffers);
 - ``next call of its key``: so do graphed calls of other keys (where there are others);
 - ``owned``: so do later replays of its own key, and its storage is neither graph memory nor
-  shared with a later output (a static output buffer is rewritten by every replay)."""
+  shared with a later output (a static output buffer is rewritten by every replay).
+
+Both sides make the same calls on the same inputs (where graphed calls are made at all), so
+that a target that keeps state stays in step; where only eager calls are made (outputs valid
+until the next call), the two sides' states are brought together after them."""
 
 from __future__ import annotations
 
 import torch
 
+from pytest_cudagraph.conformance.catalog import given
 from pytest_cudagraph.conformance.judging import (
+    Lockstep,
     case_in_key,
     differences,
     draw,
-    eager_call,
-    graphed_path,
     synchronize,
     tensors_in,
     tolerated,
@@ -26,9 +30,9 @@ from pytest_cudagraph.conformance.protocol import (
     NEXT_CALL_OF_KEY,
     OWNED,
     CudaGraphTarget,
+    State,
 )
 from pytest_cudagraph.conformance.suite import FigureRecorder
-from pytest_cudagraph.engines import rng
 from pytest_cudagraph.skips import needs_cuda
 
 CASE = 1
@@ -60,26 +64,31 @@ def test_owned_outputs(target: CudaGraphTarget, record_figure: FigureRecorder) -
     lifetime = target.output_lifetime
     key_index = CASE % target.num_keys
     other_keys = lifetime == NEXT_CALL_OF_KEY and target.num_keys > 1
+    lockstep = Lockstep(target, given(target, State, "sides"), given(target, State, "reset"))
     first = draw(target, key_index, seed=0)
-    expected = eager_call(target, draw(target, key_index, seed=0), SEED)
-    with rng.seeded(target.device, SEED):
-        kept = graphed_path(target)(first)  # as it is: the lifetime is what this check judges
+    expected = lockstep.eager(draw(target, key_index, seed=0), SEED)
+    # As it is: the lifetime is what this check judges.
+    kept = lockstep.graphed(first, SEED, "the first call", raw=True)
     snapshot = [tensor.clone() for tensor in tensors_in(kept)]
     problems = [
         f"first call differs from eager: {d}" for d in differences(target, first, expected, kept)
     ]
     later: list[object] = []
     for repeat in range(1, LATER_CALLS + 1):
-        eager_call(target, draw(target, case_in_key(target, key_index, repeat), seed=repeat), SEED)
         if other_keys:
-            other = case_in_key(target, (key_index + repeat) % target.num_keys, repeat)
-            if other % target.num_keys == key_index:
-                other = case_in_key(target, (key_index + 1) % target.num_keys, repeat)
-            later.append(graphed_path(target)(draw(target, other, seed=repeat)))
-        elif lifetime == OWNED:
-            later.append(graphed_path(target)(draw(target, key_index, seed=repeat)))
+            case = case_in_key(target, (key_index + repeat) % target.num_keys, repeat)
+            if case % target.num_keys == key_index:
+                case = case_in_key(target, (key_index + 1) % target.num_keys, repeat)
+        else:
+            case = case_in_key(target, key_index, repeat)
+        lockstep.eager(draw(target, case, seed=repeat), SEED)
+        if other_keys or lifetime == OWNED:  # later graphed calls may not overwrite it
+            inputs = draw(target, case, seed=repeat)
+            later.append(lockstep.graphed(inputs, SEED, f"later call {repeat}", raw=True))
     synchronize(target.device)
     problems += [f"kept output changed: {d}" for d in tolerated(snapshot, tensors_in(kept), EXACT)]
+    if not later:
+        lockstep.sync()  # eager alone made the later calls
     if lifetime == OWNED:
         later_storages = {t.untyped_storage().data_ptr() for out in later for t in tensors_in(out)}
         for index, tensor in enumerate(tensors_in(kept)):
@@ -94,5 +103,7 @@ def test_owned_outputs(target: CudaGraphTarget, record_figure: FigureRecorder) -
         between = f"{LATER_CALLS} graphed calls of other keys and {LATER_CALLS} eager calls"
     else:  # valid until the next call, or the next of its key where it is the only key
         between = f"{LATER_CALLS} eager calls"
-    record_figure(f"outputs {lifetime}: kept over {between} (key {target.key_of(first)!r})")
+    problems += lockstep.problems()
+    state = f"; {lockstep.describe()}" if lockstep.stateful else ""
+    record_figure(f"outputs {lifetime}: kept over {between} (key {target.key_of(first)!r}){state}")
     assert not problems, "\n".join(problems)

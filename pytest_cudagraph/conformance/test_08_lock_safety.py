@@ -8,7 +8,10 @@ Each fault is armed and the graphed path called over a few keys until it fires: 
 the first capture (after ``reset()``; without one, at the first key not captured yet), any
 other stage at its first call once a key was called. A stage of torch's API that no call
 reaches is reported (code that captured every graph up front never captures again); one the
-target named that no call reaches fails."""
+target named that no call reaches fails. A target that keeps state (``State``) is judged from
+one state: before each faulted call and before the next call, the graphed side's state is
+copied into the eager side's (a failed call may leave state half-written, as eager code that
+raises midway does), and the eager side makes the same calls."""
 
 from __future__ import annotations
 
@@ -19,15 +22,15 @@ import pytest
 
 from pytest_cudagraph.conformance.catalog import given
 from pytest_cudagraph.conformance.judging import (
+    Lockstep,
     case_in_key,
     differences,
     draw,
-    eager_call,
     graphed_call,
     lock_was_held,
     stream_kept,
 )
-from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget
+from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget, State
 from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.engines import graph_faults
 from pytest_cudagraph.engines.faults import FaultInjector
@@ -69,6 +72,7 @@ def test_lock_safety(
         if fault_points is not None
         else torch_stages(torch_graph_faults)
     )
+    lockstep = Lockstep(target, given(target, State, "sides"), given(target, State, "reset"))
     key_count = min(KEYS, target.num_keys)
     problems: list[str] = []
     unreached: list[str] = []
@@ -86,6 +90,7 @@ def test_lock_safety(
         cached_before = set(cached_keys()) if cached_keys is not None else set()
         with arm(InjectedFault(f"fault at {stage}")) as fired:
             for case in cases:
+                lockstep.sync()  # the eager answer of a call that recovers is taken from here
                 returned, error = faulted_call(target, case)
                 if fired() or error is not None:
                     break
@@ -99,7 +104,8 @@ def test_lock_safety(
             else:
                 unreached.append(stage)
             continue
-        problems += [f"{stage}: {p}" for p in after_fault(target, case, returned, cached_before)]
+        problems += [f"{stage}: {p}" for p in after_fault(lockstep, case, returned, cached_before)]
+    problems += lockstep.problems()
     if not own and len(unreached) == len(stages):
         problems.append(
             f"no call reached torch's graph API ({', '.join(stages)}) in "
@@ -133,9 +139,11 @@ def faulted_call(target: CudaGraphTarget, case: int) -> tuple[object | None, str
 
 
 def after_fault(
-    target: CudaGraphTarget, case: int, returned: object | None, cached_before: set[object]
+    lockstep: Lockstep, case: int, returned: object | None, cached_before: set[object]
 ) -> list[str]:
-    """What a fault left behind: a held lock, a key left cached, a wrong answer then or next."""
+    """What a fault left behind: a held lock, a key left cached, a wrong answer then or next
+    (each against the eager side's answer from the state the graphed call started from)."""
+    target = lockstep.target
     problems = []
     if lock_was_held(target):
         problems.append("the lock was still held after the fault (released to go on)")
@@ -145,14 +153,16 @@ def after_fault(
         if left:
             problems.append(f"the failed call left keys {sorted(map(repr, left))} cached")
     inputs = draw(target, case, seed=1)
-    expected = eager_call(target, inputs, SEED)
     if returned is not None:  # the code recovered by itself; it must still be right
+        expected = lockstep.eager(inputs, SEED)
         problems += [
             f"recovered call: {d}" for d in differences(target, inputs, expected, returned)
         ]
+    lockstep.sync()
+    expected = lockstep.eager(inputs, SEED)
     try:
         with stream_kept(target.device):
-            actual = graphed_call(target, draw(target, case, seed=1), SEED)
+            actual = lockstep.graphed(draw(target, case, seed=1), SEED, "the next call")
     except Exception as error:
         return [*problems, f"next call raised {type(error).__name__}: {error}"]
     problems += [f"next call: {d}" for d in differences(target, inputs, expected, actual)]

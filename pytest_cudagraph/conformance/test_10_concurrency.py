@@ -9,17 +9,23 @@ captured shows), ``single`` code is not called from threads (the check skips, sa
 are made one at a time too when the answers depend on torch's generators (eager under two
 seeds differs): they are process-wide, so only one call at a time can draw what eager drew
 under its seed; and when outputs are valid until the next call, which the check reads before
-any other call starts (until the next call of their key: one call at a time per key)."""
+any other call starts (until the next call of their key: one call at a time per key); and when
+the target keeps state (``State``): each answer then depends on the calls before it, so the
+order the threads' calls took is kept and the eager side makes the same calls in that order,
+from the same state, and the two states are compared at the end."""
 
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 import time
 
 import pytest
 
+from pytest_cudagraph.conformance.catalog import given
 from pytest_cudagraph.conformance.judging import (
+    Lockstep,
     differences,
     draw,
     draws_random_numbers,
@@ -34,6 +40,7 @@ from pytest_cudagraph.conformance.protocol import (
     NEXT_CALL_OF_KEY,
     SINGLE,
     CudaGraphTarget,
+    State,
 )
 from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.skips import needs_cuda
@@ -60,13 +67,7 @@ def test_concurrency(target: CudaGraphTarget, record_figure: FigureRecorder) -> 
     def seed_of(thread: int, call: int) -> int:
         return thread * CALLS_PER_THREAD + call
 
-    expected = [
-        [
-            eager_call(target, draw(target, case, seed_of(t, c)), seed_of(t, c))
-            for c, case in enumerate(plan)
-        ]
-        for t, plan in enumerate(plans)
-    ]
+    lockstep = Lockstep(target, given(target, State, "sides"), given(target, State, "reset"))
     random = any(
         draws_random_numbers(target, draw(target, case, seed=0)) for case in range(key_count)
     )
@@ -76,9 +77,22 @@ def test_concurrency(target: CudaGraphTarget, record_figure: FigureRecorder) -> 
             ("threads='serial'", target.threads != CONCURRENT),
             ("its answers depend on torch's generators", random),
             ("outputs valid until the next call", target.output_lifetime == NEXT_CALL),
+            ("it keeps state: each answer depends on the calls before it", lockstep.stateful),
         )
         if applies
     ]
+    order: list[tuple[int, int]] = []  # (thread, call) in the order the calls were made
+    if lockstep.stateful:
+        lockstep.sync()  # the eager calls above were eager's alone
+        expected: list[list[object]] = [[None] * CALLS_PER_THREAD for _ in range(THREADS)]
+    else:
+        expected = [
+            [
+                eager_call(target, draw(target, case, seed_of(t, c)), seed_of(t, c))
+                for c, case in enumerate(plan)
+            ]
+            for t, plan in enumerate(plans)
+        ]
     # Outputs valid until the next call of their key: calls of one key one at a time.
     per_key = not why_serial and target.output_lifetime == NEXT_CALL_OF_KEY
     locks: dict[int | None, threading.Lock] = collections.defaultdict(threading.Lock)
@@ -94,6 +108,7 @@ def test_concurrency(target: CudaGraphTarget, record_figure: FigureRecorder) -> 
                 if why_serial:  # seeded, read, and only then the next call
                     with locks[None]:
                         output = graphed_call(target, inputs, seed_of(thread, call))
+                        order.append((thread, call))
                 elif per_key:  # read before the next call of its key
                     with locks[case]:
                         output = kept(target, graphed_path(target)(inputs))
@@ -113,13 +128,20 @@ def test_concurrency(target: CudaGraphTarget, record_figure: FigureRecorder) -> 
     stuck = [i for i, worker in enumerate(workers) if worker.is_alive()]
     assert not stuck, f"threads {stuck} still running after {TIMEOUT_S:g} s: deadlock?"
     problems = list(errors)
+    for thread, call in order if lockstep.stateful else ():  # the same calls, in that order
+        inputs = draw(target, plans[thread][call], seed_of(thread, call))
+        expected[thread][call] = eager_call(target, inputs, seed_of(thread, call))
     for thread, plan in enumerate(plans):
         # A thread that raised has fewer results; its error is listed already.
         for call, (want, got) in enumerate(zip(expected[thread], results[thread], strict=False)):
             inputs = draw(target, plan[call], seed_of(thread, call))
-            problems += [
-                f"thread {thread} call {call}: {d}" for d in differences(target, inputs, want, got)
-            ]
+            found = differences(target, inputs, want, got)
+            if found and lockstep.stateful and not problems:
+                make = functools.partial(draw, target, plan[call], seed_of(thread, call))
+                found.append(lockstep.diagnose(make, seed_of(thread, call)))
+            problems += [f"thread {thread} call {call}: {d}" for d in found if d]
+    lockstep.compare_state(f"after the {len(order)} calls, made in the threads' order")
+    problems += lockstep.problems()
     calls = THREADS * CALLS_PER_THREAD
     how = f"one call at a time ({'; '.join(why_serial)})" if why_serial else "at once"
     if per_key:

@@ -6,22 +6,23 @@ static buffer is refreshed only in part (a stale tail) or when a padded row reac
 bucket, this one every size, and the padding holds junk (NaN, or a value no real row may read:
 what the target's ``padding.junk`` writes) so that a leak shows.
 
-Needs ``padding``. For each size: one eager call and one graphed call, and one more graphed
-call with junk where the target gives ``junk``: 48 calls on the reference (16 sizes, 5 keys),
-about a second."""
+Needs ``padding``. For each size: one eager call and one graphed call, and one more pair with
+junk where the target gives ``junk`` (the eager side makes the clean call again, so that a
+target that keeps state gets one call sequence on both sides; the states are compared after
+the clean calls, as junk may land in a padded row's state): 64 calls on the reference (16
+sizes, 5 keys), about a second."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from pytest_cudagraph.conformance.catalog import needed
-from pytest_cudagraph.conformance.judging import (
-    differences,
-    eager_call,
-    graphed_call,
-)
-from pytest_cudagraph.conformance.protocol import CudaGraphTarget, Inputs, Padding
+from pytest_cudagraph.conformance.catalog import given, needed
+from pytest_cudagraph.conformance.judging import Lockstep, differences, graphed_call
+from pytest_cudagraph.conformance.protocol import CudaGraphTarget, Inputs, Padding, State
 from pytest_cudagraph.conformance.suite import FigureRecorder
+from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.engines.parity import compare_outputs
 from pytest_cudagraph.skips import needs_cuda
 
@@ -32,35 +33,46 @@ def padded(target: CudaGraphTarget, padding: Padding, rows: int) -> Inputs:
 
 
 @needs_cuda
-def test_padded_batches(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
+def test_padded_batches(
+    target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
+) -> None:
     padding = needed(target, Padding)
+    lockstep = Lockstep(
+        target, given(target, State, "sides"), given(target, State, "reset"), capture_counter
+    )
     problems: list[str] = []
     keys: set[object] = set()
     poisoned = 0
-    for rows in range(1, padding.largest + 1):
-        inputs = padded(target, padding, rows)
-        key = target.key_of(inputs)
-        keys.add(key)
-        where = f"{rows} real rows (key {key!r}, seed {rows})"
-        expected = eager_call(target, inputs, seed=rows)
-        actual = graphed_call(target, padded(target, padding, rows), seed=rows)
-        problems += [f"{where}: {d}" for d in differences(target, inputs, expected, actual)]
-        if padding.junk is None:
-            continue
-        junk = padding.junk(padded(target, padding, rows))
-        poisoned += bool(compare_outputs(inputs, junk))
-        actual = graphed_call(target, junk, seed=rows)
-        problems += [
-            f"{where}, junk in its padded part: {d}"
-            for d in differences(target, inputs, expected, actual)
-        ]
+    with capture_counter:
+        for rows in range(1, padding.largest + 1):
+            inputs = padded(target, padding, rows)
+            key = target.key_of(inputs)
+            keys.add(key)
+            where = f"{rows} real rows (key {key!r}, seed {rows})"
+            problems += lockstep.judge(
+                functools.partial(padded, target, padding, rows), rows, where
+            )
+            if padding.junk is None:
+                continue
+            junk = padding.junk(padded(target, padding, rows))
+            poisoned += bool(compare_outputs(inputs, junk))
+            expected = lockstep.eager(padded(target, padding, rows), rows)
+            actual = graphed_call(target, junk, seed=rows)
+            lockstep.sync()
+            problems += [
+                f"{where}, junk in its padded part: {d}"
+                for d in differences(target, inputs, expected, actual)
+            ]
     if padding.junk is not None and not poisoned:
         problems.append(
             f"padding.junk changed no call of 1 to {padding.largest} real rows: nothing was "
             "written where the padding goes, so no leak could show"
         )
+    problems += lockstep.problems()
     junked = f"; junk in the padded part of {poisoned}" if padding.junk is not None else ""
+    state = f"; {lockstep.describe()}" if lockstep.stateful else ""
     record_figure(
-        f"real batches of 1 to {padding.largest} rows over {len(keys)} keys against eager{junked}"
+        f"real batches of 1 to {padding.largest} rows over {len(keys)} keys against eager"
+        f"{junked}{state}"
     )
     assert not problems, "padded batches answered unlike eager:\n" + "\n".join(problems[:10])

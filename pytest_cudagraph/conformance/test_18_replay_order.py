@@ -9,24 +9,21 @@ reaches the canaries.
 On up to 4 keys (no more than ``capacity``, and at least 2; one key has no order): a round in
 key order (the captures, after ``reset()``), the reverse, then A-B-A for each neighbouring pair;
 each call against eager, and every canary compared after each call: 17 graphed and 17 eager
-calls on 4 keys, 12 of each on the reference's 3 (about half a second)."""
+calls on 4 keys, 12 of each on the reference's 3 (about half a second). A target that keeps
+state is called in lockstep, its two sides' states compared after each call."""
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 import torch
 
 from pytest_cudagraph.conformance.catalog import given
-from pytest_cudagraph.conformance.judging import (
-    case_in_key,
-    differences,
-    draw,
-    eager_call,
-    graphed_call,
-    keys_held,
-)
-from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget
+from pytest_cudagraph.conformance.judging import Lockstep, case_in_key, draw, keys_held
+from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget, State
 from pytest_cudagraph.conformance.suite import FigureRecorder
+from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.engines.unchanged import Unchanged
 from pytest_cudagraph.engines.units import KiB, MiB
 from pytest_cudagraph.skips import needs_cuda
@@ -55,32 +52,38 @@ def lay_canaries(canaries: Unchanged, device: torch.device, where: str) -> None:
 
 
 @needs_cuda
-def test_replay_order(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
+def test_replay_order(
+    target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
+) -> None:
     key_count = keys_held(target, MAX_KEYS, given(target, Cache, "capacity"))
     if key_count < 2:
         pytest.skip(
             f"the target has {key_count} key{'s' if key_count != 1 else ''} it can hold at once: "
             "replay order needs 2"
         )
+    lockstep = Lockstep(
+        target, given(target, State, "sides"), given(target, State, "reset"), capture_counter
+    )
     canaries = Unchanged()
     lay_canaries(canaries, target.device, "before the first call")
     problems: list[str] = []
     calls = 0
-    for order, key_indices in replay_orders(key_count):
-        for key_index in key_indices:
-            case = case_in_key(target, key_index, calls)
-            inputs = draw(target, case, seed=calls)
-            key = target.key_of(inputs)
-            call = f"call {calls} ({order}: case {case}, seed {calls}, key {key!r})"
-            expected = eager_call(target, inputs, seed=calls)
-            actual = graphed_call(target, draw(target, case, seed=calls), seed=calls)
-            problems += [f"{call}: {d}" for d in differences(target, inputs, expected, actual)]
-            problems += [change.describe() for change in canaries.changes(after=call)]
-            if order == "in key order":
-                lay_canaries(canaries, target.device, f"after {call}")
-            calls += 1
+    with capture_counter:
+        for order, key_indices in replay_orders(key_count):
+            for key_index in key_indices:
+                case = case_in_key(target, key_index, calls)
+                inputs = functools.partial(draw, target, case, calls)
+                key = target.key_of(inputs())
+                call = f"call {calls} ({order}: case {case}, seed {calls}, key {key!r})"
+                problems += lockstep.judge(inputs, calls, call)
+                problems += [change.describe() for change in canaries.changes(after=call)]
+                if order == "in key order":
+                    lay_canaries(canaries, target.device, f"after {call}")
+                calls += 1
+    problems += lockstep.problems()
+    state = f"; {lockstep.describe()}" if lockstep.stateful else ""
     record_figure(
         f"{calls} calls over {key_count} keys (key order, reversed, A-B-A); {len(canaries)} "
-        "canaries"
+        f"canaries{state}"
     )
     assert not problems, "answers that depend on the order of replays:\n" + "\n".join(problems[:10])

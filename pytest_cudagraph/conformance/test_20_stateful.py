@@ -1,10 +1,12 @@
 """Stateful targets: a graphed path that keeps state between calls (a KV cache, positions,
 lengths) must not let one call's state reach the next. A target says it keeps state by giving
-``reset_state()``; each call is then an episode (docs/conformance.md, "Stateful targets").
+``state.reset``; each call is then an episode (docs/conformance.md, "Stateful targets"). Both
+sides make every episode (in lockstep: one call sequence, from one state), and where the target
+gives ``state.sides`` their states are compared after each.
 
-- state isolation: two episodes on one cached key, back to back in both orders (so that each
-  follows the other once: a longer one before a shorter one, whichever it is), each equal to
-  eager. A counter or length not reset between targets shows through.
+- state isolation: two episodes on one cached key, back to back in both orders from one state
+  (so that each follows the other once: a longer one before a shorter one, whichever it is),
+  each equal to eager. A counter or length not reset between targets shows through.
 - state reset: ``reset_state()`` keeps every graph cached, and the next episode on each key is
   equal to eager. A reset that gives the state new buffers leaves the graphs reading the old
   ones (a cache pointer baked in at capture)."""
@@ -14,14 +16,7 @@ from __future__ import annotations
 import functools
 
 from pytest_cudagraph.conformance.catalog import given, needed
-from pytest_cudagraph.conformance.judging import (
-    case_in_key,
-    draw,
-    graphed_call,
-    graphed_path,
-    judged,
-    keys_held,
-)
+from pytest_cudagraph.conformance.judging import Lockstep, case_in_key, draw, keys_held
 from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget, State
 from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.skips import needs_cuda
@@ -29,19 +24,18 @@ from pytest_cudagraph.skips import needs_cuda
 KEYS = 4
 
 
-def judge(target: CudaGraphTarget, case: int, seed: int, when: str) -> list[str]:
-    """The graphed episode of ``case`` against eager, both under ``seed``, each difference
-    described."""
-    key = target.key_of(draw(target, case, seed))
-    return [
-        f"key {key!r}, {when}: {difference}"
-        for difference in judged(target, functools.partial(draw, target, case, seed), seed)
-    ]
+def judge(lockstep: Lockstep, case: int, seed: int, when: str) -> list[str]:
+    """The episode of ``case`` on both sides, under ``seed``, each difference described."""
+    key = lockstep.target.key_of(draw(lockstep.target, case, seed))
+    return lockstep.judge(
+        functools.partial(draw, lockstep.target, case, seed), seed, f"key {key!r}, {when}"
+    )
 
 
 @needs_cuda
 def test_state_isolation(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
-    needed(target, State, "reset")
+    reset_state = needed(target, State, "reset").reset
+    lockstep = Lockstep(target, given(target, State, "sides"), reset_state)
     key_count = min(KEYS, target.num_keys)
     problems = []
     for key_index in range(key_count):
@@ -49,8 +43,10 @@ def test_state_isolation(target: CudaGraphTarget, record_figure: FigureRecorder)
             (case_in_key(target, key_index, repeat), 2 * key_index + repeat) for repeat in (0, 1)
         ]
         for (first, first_seed), (second, second_seed) in (pair, pair[::-1]):
-            graphed_call(target, draw(target, first, first_seed), first_seed)
-            problems += judge(target, second, second_seed, "right after another episode")
+            lockstep.sync()
+            problems += judge(lockstep, first, first_seed, "an episode")
+            problems += judge(lockstep, second, second_seed, "right after another episode")
+    problems += lockstep.problems()
     record_figure(f"{2 * key_count} episode pairs on {key_count} keys, both orders")
     assert not problems, "an episode's answer depends on the one before it:\n" + "\n".join(problems)
 
@@ -59,14 +55,15 @@ def test_state_isolation(target: CudaGraphTarget, record_figure: FigureRecorder)
 def test_state_reset(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
     reset_state = needed(target, State, "reset").reset
     assert reset_state is not None
+    lockstep = Lockstep(target, given(target, State, "sides"), reset_state)
     key_count = keys_held(target, KEYS, given(target, Cache, "capacity"))
     keys = [case_in_key(target, key_index, 0) for key_index in range(key_count)]
+    problems = []
     for case in keys:
-        graphed_path(target)(draw(target, case, seed=case))
+        problems += judge(lockstep, case, case, "before reset_state()")
     cached_keys = given(target, Cache, "cached_keys")
     cached = set(cached_keys()) if cached_keys is not None else None
     reset_state()
-    problems = []
     if cached_keys is not None and cached is not None and set(cached_keys()) != cached:
         problems.append(
             f"reset_state() changed the cached keys from {sorted(map(repr, cached))} to "
@@ -74,7 +71,8 @@ def test_state_reset(target: CudaGraphTarget, record_figure: FigureRecorder) -> 
         )
     for case in keys:
         later = case + target.num_keys
-        problems += judge(target, later, later, "after reset_state()")
+        problems += judge(lockstep, later, later, "after reset_state()")
+    problems += lockstep.problems()
     kept = "graphs kept, " if cached is not None else ""
     record_figure(f"reset_state() after {key_count} keys: {kept}next episode on each checked")
     assert not problems, "\n".join(problems)

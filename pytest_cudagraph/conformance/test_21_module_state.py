@@ -5,30 +5,31 @@ Megatron-LM #1494); and warm-ups run the forward more often than the caller call
 the forward updates moves further than eager's (BatchNorm's running statistics: LibreYOLO #671,
 TransformerEngine #869, and ``make_graphed_callables``' own warm-ups).
 
-Needs ``side_state`` (the adapters give it where each side runs modules of its own). Before each
-pair of calls the eager side is given the graphed side's state, copied in place, so that both
-start alike; then one eager and one graphed call on the same inputs, and their states compared
-(parameters, buffers, tensor and number attributes) within the target's tolerance for its whole
-output. On each of up to 2 keys, two pairs: the first graphed call of a key after ``reset()``
+Needs ``state.sides`` (the adapters give it where each side runs modules of its own). Before
+each pair of calls the eager side is given the graphed side's state, copied in place
+(``judging.transplant``), so that both start alike; then one eager and one graphed call on the
+same inputs, and their states compared (parameters, buffers, tensor and number attributes,
+tensors kept in lists and dicts) within the state's tolerance (``judging.state_tolerance``). On each of up to 2 keys, two pairs: the first graphed call of a key after ``reset()``
 builds its graph (warm-ups, capture, its first replay), the second replays it. 4 graphed and 4
 eager calls, well under a second."""
 
 from __future__ import annotations
 
-import pytest
-
 from pytest_cudagraph.conformance.catalog import given, needed
 from pytest_cudagraph.conformance.judging import (
     case_in_key,
+    checked_sides,
     draw,
     eager_call,
     graphed_call,
     keys_held,
+    states_apart,
+    transplant,
 )
 from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget, State
 from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.engines.captures import CaptureCounter
-from pytest_cudagraph.engines.state import load_state, module_state, state_differences
+from pytest_cudagraph.engines.state import module_state
 from pytest_cudagraph.skips import needs_cuda
 
 MAX_KEYS = 2
@@ -41,12 +42,7 @@ def test_module_state(
 ) -> None:
     sides = needed(target, State, "sides").sides
     assert sides is not None
-    eager_side, graphed_side = sides()
-    if eager_side is graphed_side:
-        pytest.fail(
-            "side_state() gives both sides the same modules: nothing to compare", pytrace=False
-        )
-    tolerance = target.tolerance_of(None)
+    pair = checked_sides(sides)
     key_count = keys_held(target, MAX_KEYS, given(target, Cache, "capacity"))
     problems: list[str] = []
     built = 0
@@ -55,7 +51,7 @@ def test_module_state(
             for repeat in range(CALLS_PER_KEY):
                 case = case_in_key(target, key_index, repeat)
                 inputs = draw(target, case, seed=case)
-                load_state(eager_side, module_state(graphed_side))
+                transplant(pair)
                 captures = len(capture_counter.captures)
                 eager_call(target, inputs, seed=case)
                 graphed_call(target, draw(target, case, seed=case), seed=case)
@@ -63,14 +59,11 @@ def test_module_state(
                 built += building
                 what = "building its graph (warm-ups, capture, replay)" if building else "a replay"
                 key = target.key_of(inputs)
-                found = state_differences(
-                    module_state(eager_side),
-                    module_state(graphed_side),
-                    atol=tolerance.atol,
-                    rtol=tolerance.rtol,
-                )
-                problems += [f"case {case} (key {key!r}), {what}: {m.describe()}" for m in found]
-    pieces = len(module_state(graphed_side))
+                problems += [
+                    f"case {case} (key {key!r}), {what}: {m.describe()}"
+                    for m in states_apart(target, pair)
+                ]
+    pieces = len(module_state(pair[1]))
     record_figure(
         f"{key_count * CALLS_PER_KEY} call pairs over {key_count} keys ({built} built a graph): "
         f"{pieces} pieces of state compared"

@@ -391,8 +391,9 @@ def test_module_state_fails_a_python_counter_that_replays_do_not_move() -> None:
 def test_module_state_needs_two_sides_of_their_own() -> None:
     check = test_21_module_state.test_module_state
     shared = nn.Linear(4, 4)
-    with pytest.raises(pytest.fail.Exception, match=r"gives both sides the same modules"):
-        run(check, cpu_target(state=State(sides=lambda: (shared, shared))))
+    for same in ((shared, shared), ([shared], [shared]), ({"model": shared}, {"model": shared})):
+        with pytest.raises(AssertionError, match=r"gives both sides the same state"):
+            run(check, cpu_target(state=State(sides=lambda same=same: same)))
     with pytest.raises(pytest.skip.Exception, match=r"does not give state"):
         run(check, cpu_target())
 

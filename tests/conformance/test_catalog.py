@@ -95,7 +95,7 @@ def test_what_a_check_needs_is_read_from_its_calls_its_fixtures_and_its_helpers(
 
 def test_the_suites_own_map_names_what_each_check_needs() -> None:
     checks = {row.check: row for row in check_needs()}
-    assert len(checks) == 28 and list(checks)[:2] == ["target contract", "dry run"]
+    assert len(checks) == 29 and list(checks)[:2] == ["target contract", "dry run"]
     assert checks["bounded memory"].needs == ("cache.reset", "cache.capacity", "cache.largest_key")
     assert checks["identical sampling"].needs == ("sampling",)
     assert checks["capture clean forward"].needs == ("capture_clean",)  # through its fixture
@@ -104,7 +104,10 @@ def test_the_suites_own_map_names_what_each_check_needs() -> None:
         "cache.reset",
         "cache.cached_keys",
         "cache.lock",
+        "state.sides",  # the comparing checks keep a stateful target's sides in step
+        "state.reset",
     }
+    assert checks["capture does not advance state"].needs == ("state.sides",)
     assert not checks["guards"].cuda and checks["parity"].cuda
 
 

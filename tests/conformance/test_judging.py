@@ -1,6 +1,8 @@
 """pytest_cudagraph.conformance.judging on the CPU: finding and freeing a held lock, walking
 outputs, calling both sides under one seed and comparing them as the target's contract says
-(real part, tolerance per part, output lifetime), and the keys a check walks."""
+(real part, tolerance per part, output lifetime), the keys a check walks, and keeping a
+stateful target's two sides in step (their states checked, brought together, compared after
+each call, judged by episodes where they accumulate)."""
 
 from __future__ import annotations
 
@@ -9,23 +11,40 @@ import threading
 
 import pytest
 import torch
+from graph_stand_ins import StandInGraph
+from torch import nn
 
-from pytest_cudagraph.conformance import NEXT_CALL_OF_KEY, Cache, CudaGraphTarget, Tolerance
+from pytest_cudagraph.conformance import (
+    NEXT_CALL_OF_KEY,
+    Cache,
+    Case,
+    CudaGraphTarget,
+    State,
+    Tolerance,
+)
 from pytest_cudagraph.conformance.judging import (
+    EPISODE_CALLS,
+    Lockstep,
     calls_over_keys,
+    checked_sides,
     differences,
     draws_random_numbers,
     eager_call,
     graphed_call,
     graphed_path,
+    in_step,
     judged,
     kept,
     keys_held,
     lock_was_held,
     parts_of,
     real,
+    state_model,
+    state_tolerance,
     tensors_in,
+    transplant,
 )
+from pytest_cudagraph.engines.captures import CaptureCounter
 
 
 def target_with_lock(lock: object, keys: int = 4) -> CudaGraphTarget:
@@ -190,3 +209,204 @@ def test_calls_over_keys_take_each_held_key_in_turn_round_after_round() -> None:
     # Calls count from 0 at the first round given; a round's cases are its keys' next ones.
     assert calls == [(0, 4), (1, 5), (2, 6), (3, 8), (4, 9), (5, 10)]
     assert list(calls_over_keys(target, key_count=2, rounds=range(0))) == []
+
+
+# Keeping a stateful target's two sides in step
+
+
+class Slots(nn.Module):
+    """A cache written at a position each call, the answer read over every position: the shape
+    of a static KV cache. ``skew`` is added to what this copy's call number ``skew_at`` writes
+    (a graph that writes its state wrong once; private: not state)."""
+
+    def __init__(self, skew: float = 0.0, skew_at: int = 0) -> None:
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(4))
+        self._skew, self._skew_at, self._calls = skew, skew_at, 0
+
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        wrong = self._skew if self._calls == self._skew_at else 0.0
+        self._calls += 1
+        self.cache[int(inputs["at"])] = inputs["x"] + wrong
+        return self.cache.sum().reshape(1)
+
+
+class Total(Slots):
+    """The same cache, each call adding to it: accumulating state."""
+
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        self.cache[int(inputs["at"])] += inputs["x"]
+        return self.cache.sum().reshape(1)
+
+
+def draw_slot(generator: torch.Generator, case: Case) -> dict[str, torch.Tensor]:
+    return {
+        "x": torch.rand((), generator=generator),
+        "at": torch.randint(4, (), generator=generator),
+    }
+
+
+def stateful_target(eager: nn.Module, graphed: nn.Module, **fields: object) -> CudaGraphTarget:
+    return CudaGraphTarget(
+        device=torch.device("cpu"),
+        eager=eager,
+        graphed=graphed,
+        keys=[0],
+        draw=draw_slot,
+        key_of=lambda inputs: 0,
+        **{"state": State(sides=lambda: (eager, graphed)), **fields},  # type: ignore[arg-type]
+    )
+
+
+def test_state_sides_must_be_two_roots_of_their_own() -> None:
+    one = Slots()
+    with pytest.raises(
+        AssertionError, match=r"State.sides\(\) must return \(eager's state, graphed"
+    ):
+        checked_sides(lambda: one)
+    for same in ((one, one), ([one], [one]), ({"m": one}, {"m": one})):
+        with pytest.raises(AssertionError, match=r"gives both sides the same state"):
+            checked_sides(lambda same=same: same)
+    assert checked_sides(lambda: ([one], [Slots()]))[0] == [one]
+
+
+def test_transplant_copies_the_graphed_state_into_the_eager_side_in_place() -> None:
+    eager, graphed = Slots(), Slots()
+    graphed.cache.fill_(3.0)
+    graphed.steps = 5  # a number attribute: state too
+    eager.steps = 0
+    storage = eager.cache.untyped_storage().data_ptr()
+    transplant((eager, graphed))
+    assert torch.equal(eager.cache, graphed.cache) and eager.steps == 5
+    assert eager.cache.untyped_storage().data_ptr() == storage
+    graphed.register_buffer("cache", torch.zeros(5))
+    with pytest.raises(AssertionError, match=r"cannot be copied into the eager side's: cache: a"):
+        transplant((eager, graphed))
+
+
+def test_the_suite_brings_the_two_sides_together_before_a_check() -> None:
+    eager, graphed = Slots(), Slots()
+    target = stateful_target(eager, graphed)
+    graphed(draw_slot(torch.Generator().manual_seed(0), target.case(0)))  # graphed alone
+    in_step(target)
+    assert torch.equal(eager.cache, graphed.cache)
+    in_step(dataclasses.replace(target, state=State(reset=print)))  # nothing to bring together
+
+
+def test_judged_compares_the_states_the_two_calls_leave() -> None:
+    target = stateful_target(Slots(), Slots(skew=1.0))
+    make = lambda: draw_slot(torch.Generator().manual_seed(0), target.case(0))  # noqa: E731
+    found = judged(target, make, seed=0)
+    assert found[0].startswith("output at index (0,): eager")
+    assert found[1].startswith("state['cache'] at index (")
+
+
+def test_lockstep_names_the_first_call_whose_state_parted_and_goes_on_from_one_state() -> None:
+    eager, graphed = Slots(), Slots(skew=0.5, skew_at=2)
+    target = stateful_target(eager, graphed)
+    lockstep = Lockstep(target, target.state.sides, None)  # type: ignore[union-attr]
+    problems = []
+    for case in range(4):
+
+        def make(case: int = case) -> dict[str, torch.Tensor]:
+            return {"x": torch.tensor(float(case)), "at": torch.tensor(case)}  # slot by slot
+
+        problems += lockstep.judge(make, case, f"case {case}")
+    # Call 2 wrote its slot wrong; call 3, which reads it, starts from one state again.
+    assert [problem.split(":")[0] for problem in problems] == ["case 2"]
+    assert lockstep.problems() == [
+        "the two sides' states parted after call 2 (case 2): state['cache'] at index (2,): eager "
+        "2, graphed 2.5 (|diff| 0.5, rel 0.25; tolerance exact); 1 of 4 elements differ, "
+        "largest |diff| 0.5"
+    ]
+    assert lockstep.describe() == "state compared after each call"
+
+
+class Captured:
+    """A graphed side on stand-in graphs: the first call of a key captures, later ones replay."""
+
+    def __init__(self, step: nn.Module) -> None:
+        self.step, self.graph = step, None
+
+    def __call__(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.graph is None:
+            graph = StandInGraph()
+            graph.capture_begin()
+            graph.capture_end()
+            self.graph = graph
+        self.graph.replay()
+        return self.step(inputs)
+
+
+def test_lockstep_says_whether_the_call_captured_or_was_the_first_replay_after_it() -> None:
+    for skew_at, how in (
+        (0, "it captured its graph (warm-ups, capture, first replay)"),
+        (1, "the first replay after its capture"),
+        (2, "a replay"),
+    ):
+        eager, graphed = Slots(), Slots(skew=1.0, skew_at=skew_at)
+        sides = (eager, graphed)
+        target = stateful_target(eager, Captured(graphed), state=State(sides=lambda: sides))  # noqa: B023
+        with CaptureCounter(StandInGraph) as counter:
+            lockstep = Lockstep(target, target.state.sides, None, counter)  # type: ignore[union-attr]
+            for case in range(3):
+                inputs = draw_slot(torch.Generator().manual_seed(case), target.case(case))
+                lockstep.eager(inputs, case)
+                lockstep.graphed(dict(inputs), case, f"case {case}")
+        assert lockstep.problems()[0].startswith(
+            f"the two sides' states parted after call {skew_at} (case {skew_at}; {how}): "
+        )
+
+
+def test_an_accumulating_target_is_judged_by_episodes_from_its_reset() -> None:
+    eager, graphed = Total(), Total()
+    resets: list[int] = []
+
+    def reset() -> None:
+        resets.append(1)
+        for side in (eager, graphed):
+            side.cache.zero_()
+
+    target = stateful_target(
+        eager, graphed, state=State(sides=lambda: (eager, graphed), reset=reset)
+    )
+    assert (
+        state_model(target)
+        .describe()
+        .startswith(
+            "accumulating state (a repeated call changed the graphed side's state['cache'] at index"
+        )
+    )
+    lockstep = Lockstep(target, eager and target.state.sides, reset)  # type: ignore[union-attr]
+    assert len(resets) == 1  # an episode begins
+    for case in range(2 * EPISODE_CALLS + 1):
+        assert not lockstep.judge(
+            lambda: draw_slot(torch.Generator().manual_seed(0), target.case(0)), case, ""
+        )
+    assert len(resets) == 3
+    assert lockstep.describe().endswith(
+        f"judged by episodes of {EPISODE_CALLS} calls from state.reset"
+    )
+    assert not state_model(stateful_target(Slots(), Slots())).accumulating
+
+
+def test_a_difference_is_diagnosed_from_one_state() -> None:
+    eager, graphed = Slots(), Slots()
+    target = stateful_target(eager, graphed)
+    lockstep = Lockstep(target, target.state.sides, None)  # type: ignore[union-attr]
+    eager.cache.fill_(1.0)  # the sides called unevenly
+    make = lambda: draw_slot(torch.Generator().manual_seed(0), target.case(0))  # noqa: E731
+    assert "agree: their states had parted through the calls before it" in lockstep.diagnose(
+        make, 0
+    )
+    broken = stateful_target(Slots(), Slots(skew=1.0))
+    still = Lockstep(broken, broken.state.sides, None).diagnose(make, 0)  # type: ignore[union-attr]
+    assert still.startswith("from one state the two still differ: output at index (0,)")
+
+
+def test_the_states_tolerance_is_the_loosest_of_the_parts() -> None:
+    target = stateful_target(
+        Slots(), Slots(), tolerance={"a": Tolerance(atol=1e-3), "b": Tolerance(rtol=1e-2)}
+    )
+    assert state_tolerance(target) == Tolerance(atol=1e-3, rtol=1e-2)
+    assert state_tolerance(stateful_target(Slots(), Slots())) == Tolerance()

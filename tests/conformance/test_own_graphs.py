@@ -34,15 +34,21 @@ from pytest_cudagraph.conformance.adapters import INDUCTOR_SKIP_LOGGER, input_sh
 from pytest_cudagraph.skips import needs_cuda
 
 CPU = torch.device("cpu")
-# The three shapes of CUDA-graph code (each in at most 30 lines of target code), and the
-# hand-written cache the foreign target and its twins are made of.
+# The shapes of CUDA-graph code (each in at most 30 lines of target code), and the hand-written
+# cache the foreign target and its twins are made of.
 EXAMPLES = {
     "decode_step_target": "examples.decode_step_target:make_target",
+    "decode_token_target": "examples.decode_token_target:make_target",
     "bucket_runner_target": "examples.bucket_runner_target:make_target",
     "graphed_layer_target": "examples.graphed_layer_target:make_target",
     "hand_written_target": "examples.hand_written_target:make_target",
 }
-SHAPES = ("decode_step_target", "bucket_runner_target", "graphed_layer_target")
+SHAPES = (
+    "decode_step_target",
+    "decode_token_target",
+    "bucket_runner_target",
+    "graphed_layer_target",
+)
 MAX_LINES = 30
 FOREIGN = "foreign:make_target"
 # A docs code block that is an example file follows its line count and starts with a comment
@@ -369,6 +375,9 @@ MUST_PASS = {
     EXAMPLES["hand_written_target"]: ALL_CODE | {"concurrency", "bounded memory"},
     FOREIGN: ALL_CODE | {"concurrency", "bounded memory"},
     EXAMPLES["decode_step_target"]: ALL_CODE | {"concurrency", "graphs not skipped", "guards"},
+    # Its KV cache is state: compared after every call, both sides in lockstep.
+    EXAMPLES["decode_token_target"]: ALL_CODE
+    | {"concurrency", "graphs not skipped", "module state"},
     EXAMPLES["bucket_runner_target"]: ALL_CODE,
     EXAMPLES["graphed_layer_target"]: ALL_CODE | {"concurrency", "bounded memory"},
 }

@@ -1,0 +1,107 @@
+"""Capture does not advance state: the call that captures a key's graph changes the state as one
+eager call does. Warm-ups run the step before a capture (``make_graphed_callables`` three
+times, cudagraph trees once, a hand-written runner as it likes), and some code runs it again
+while capturing: harmless for a step that writes position-addressed state with the same
+inputs, but a step that accumulates (a position it advances, a history it appends to, running
+statistics) leaves the capturing call several steps on, and every later call as far off
+(cudagraph trees run the body once per call for this reason; vLLM captures into a slot no
+request uses).
+
+Needs ``state.sides``. Both sides from one state, the graphed side is called on up to 4 keys
+(after ``cache.reset()`` where the target gives it) until a call captures a graph; then the
+eager side on the same inputs, up to 6 times: the graphed state must equal eager's after one
+call, and equal after k calls says the step ran k times. Then the key's first replay, from one
+state again, against eager. The figure names the state model found (``state_model``, probed
+after the capture, as its own calls may capture). A target whose graphs were all captured
+before this check and that cannot drop them (no ``cache.reset``) is not exercised: it skips,
+saying so."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from pytest_cudagraph.conformance.catalog import given, needed
+from pytest_cudagraph.conformance.judging import (
+    Lockstep,
+    case_in_key,
+    differences,
+    draw,
+    eager_call,
+    graphed_call,
+    state_model,
+    states_apart,
+)
+from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget, State
+from pytest_cudagraph.conformance.suite import FigureRecorder
+from pytest_cudagraph.engines.captures import CaptureCounter
+from pytest_cudagraph.skips import needs_cuda
+
+MAX_KEYS = 4
+MOST_STEPS = 6  # eager calls the capturing call's state is looked for among
+SEED = 0
+
+
+@needs_cuda
+def test_capture_does_not_advance_state(
+    target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
+) -> None:
+    sides = needed(target, State, "sides").sides
+    lockstep = Lockstep(target, sides, None)  # in step by the state copied in, not by a reset
+    assert lockstep.sides is not None
+    reset_cache = given(target, Cache, "reset")
+    if reset_cache is not None:
+        reset_cache()  # a graph for the first call to capture
+    key_count = min(MAX_KEYS, target.num_keys)
+    with capture_counter:
+        for key_index in range(key_count):
+            case = case_in_key(target, key_index, 0)
+            inputs = functools.partial(draw, target, case, case)
+            lockstep.sync()
+            captures = len(capture_counter.captures)
+            actual = graphed_call(target, inputs(), SEED)
+            expected = eager_call(target, inputs(), SEED)  # the same call: sides in step
+            if len(capture_counter.captures) > captures:
+                break
+        else:
+            pytest.skip(
+                f"not exercised: no graphed call on {key_count} keys captured a graph (each was "
+                "captured before this check"
+                + (", and the target gives no cache.reset)" if reset_cache is None else ")")
+            )
+    key = target.key_of(inputs())
+    where = f"case {case} (key {key!r})"
+    problems = [
+        f"{where}, the call that captured: {d}"
+        for d in differences(target, inputs(), expected, actual)
+    ]
+    apart = states_apart(target, lockstep.sides)
+    steps = 1
+    while states_apart(target, lockstep.sides) and steps < MOST_STEPS:
+        eager_call(target, inputs(), SEED)
+        steps += 1
+    if not apart:
+        found = "the capturing call left the state of one eager call"
+    elif not states_apart(target, lockstep.sides):
+        found = f"the capturing call left the state of {steps} eager calls"
+        problems.append(
+            f"{where}: the call that captured its graph left the state of {steps} eager calls "
+            f"on its inputs: the step ran {steps} times, {steps - 1} more than it was called "
+            "(warm-ups or the capture ran it on the live state)"
+        )
+    else:
+        found = f"the capturing call left a state no eager call of 1 to {MOST_STEPS} leaves"
+        problems.append(
+            f"{where}: after the call that captured its graph the state is no eager call's "
+            f"(1 to {MOST_STEPS} calls on its inputs); after one: {apart[0].describe()}"
+        )
+    later = case + target.num_keys
+    lockstep.sync()  # the eager side made more calls
+    problems += lockstep.judge(
+        functools.partial(draw, target, later, later), SEED, f"case {later}, its first replay"
+    )
+    problems += lockstep.problems()
+    model = state_model(target).describe()  # after the capture: the probe may capture too
+    record_figure(f"{where}: {found}; its first replay checked; {model}")
+    assert not problems, "\n".join(problems)
