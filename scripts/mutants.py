@@ -196,8 +196,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (
             "the lock is tried from this thread",
-            "        probe.start()\n        probe.join()\n",
-            "        try_acquire()\n",
+            "    probe.start()\n    probe.join()\n",
+            "    try_acquire()\n",
             (
                 "tests/plugin/test_fault_injector.py::test_reentrant_lock_held_by_this_thread_counts_as_held",
             ),
@@ -341,8 +341,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (
             "the outer key wins",
-            "key = stack[-1] if stack else None",
-            "key = stack[0] if stack else None",
+            "(stack[-1], None) if stack",
+            "(stack[0], None) if stack",
             (
                 "tests/engines/test_captures.py::test_nested_keys_label_a_capture_with_the_innermost",
             ),
@@ -859,8 +859,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (
             "a held value compared with itself",
-            "_Held(name, value, trees.snapshot(value, name))",
-            "_Held(name, value, value)",
+            "self._held.append(_Held(name, value, copy))",
+            "self._held.append(_Held(name, value, value))",
             (
                 "tests/engines/test_unchanged.py::test_a_value_changed_in_place_is_reported_once_naming_what_ran_before",
             ),

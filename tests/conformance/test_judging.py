@@ -186,7 +186,9 @@ def test_a_check_walks_no_more_keys_than_the_cache_holds(
 
 def test_calls_over_keys_take_each_held_key_in_turn_round_after_round() -> None:
     target = target_with_lock(threading.Lock())  # four keys: case c lands in key c % 4
-    calls = list(calls_over_keys(target, key_count=3, rounds=range(1, 3)))
+    calls = list(calls_over_keys(target, keys=3, rounds=range(1, 3)))
     # Calls count from 0 at the first round given; a round's cases are its keys' next ones.
     assert calls == [(0, 4), (1, 5), (2, 6), (3, 8), (4, 9), (5, 10)]
-    assert list(calls_over_keys(target, key_count=2, rounds=range(0))) == []
+    assert list(calls_over_keys(target, keys=2, rounds=range(0))) == []
+    # Or the keys by their numbers: the last key alone, over two rounds.
+    assert list(calls_over_keys(target, keys=[3], rounds=range(2))) == [(0, 3), (1, 7)]
