@@ -183,7 +183,7 @@ def compiled(
     # Cudagraph trees keep every graph they record: capacity is every key.
     own: TargetOptions = dict(
         output_lifetime=NEXT_CALL,
-        cache=Cache(capacity=len(keys)),
+        cache=Cache(capacity=len(keys), static=_trees_static_inputs(sides)),
         fallbacks=Fallbacks(graph_skips=skips.reasons),
     )
     if sides.side_state is not None:
@@ -425,6 +425,20 @@ def _side_state(
     if isinstance(eager_code, torch.nn.Module):
         return lambda: (eager_code, graphed_code)
     return None
+
+
+def _trees_static_inputs(sides: _Sides) -> Callable[[], dict[str, object]]:
+    """What cudagraph trees read at the addresses they captured: the parameters and buffers of
+    the graphed side's module (every other input they copy into buffers of their own)."""
+    import torch
+
+    module = next(
+        (m for m in (sides.graphed_model, sides.graphed_code) if isinstance(m, torch.nn.Module)),
+        None,
+    )
+    if module is None:
+        return dict
+    return lambda: {**dict(module.named_parameters()), **dict(module.named_buffers())}
 
 
 def _compile_options(
