@@ -25,6 +25,7 @@ STEPS = (
     "conformance-decode-step",
     "conformance-graphed-layer",
     "conformance-bucket-runner",
+    "conformance-piecewise-runner",
     "conformance-foreign",
     "conformance-quickstart",
     "conformance-xdist",
