@@ -154,8 +154,9 @@ def compiled(
     eager_step = torch.compile(
         sides.eager_code, fullgraph=fullgraph, dynamic=dynamic, **without_graphs
     )
-    limit = 2 * len(keys) + 2  # both sides of every key, and a spare for each
-    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, limit)
+    # Room for both sides of every key, and a spare for each, on top of what other targets of the
+    # same code compiled: a fresh target (the witness builds some) compiles its own variants.
+    torch._dynamo.config.cache_size_limit += 2 * len(keys) + 2
     skips = InductorSkips()
     one_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compiled-target")
 

@@ -54,11 +54,11 @@ def target(
     current = request.config.stash.get(suite.REBUILT, conformance_target)
     reset = current.cache.reset if current.cache is not None else None
     require_lock_free(current, "before this check")
-    if reset is not None:
-        reset()
     check = check_name(request.node)
     watched = check in BREAKING_CHECKS and current.device.type == "cuda"
     ran_graphs = watched and runs_its_graphs(current)
+    if reset is not None:
+        reset()
     yield current
     suite.forget_last_failure()
     if current.device.type == "cuda":

@@ -1,23 +1,16 @@
 """No rebound tensors: every tensor a graph may read keeps its storage from one call to the
-next. A graph reads and writes the addresses it was captured on, so a tensor replaced instead
-of copied into (``self.cache = torch.zeros(...)`` after capture, weights loaded with
-``load_state_dict(..., assign=True)``) leaves the graph on the old memory: it answers for the
-old values while they last, and for whatever lands there once they are freed (vLLM's
-input-address check, TensorRT-LLM's strict buffers, FastDeploy #6746).
+next. A graph reads the addresses it was captured on, so a tensor replaced instead of copied
+into (``self.cache = torch.zeros(...)``, weights loaded with ``assign=True``) leaves the graph
+on the old memory (vLLM's input-address check, TensorRT-LLM's strict buffers, FastDeploy #6746).
 
-The tensors judged are those the graphed side holds (``engines.reach``: its closure and the
-module globals its code names, its object, their attributes, modules and containers) that were
-alive when a graph was captured: a clone the code records after its captures, which no graph
-reads, may be replaced at will. A target whose graphed side holds tensors it replaces and no
-graph reads (cudagraph trees copy such inputs) names what its graphs read, ``cache.static``,
-and that alone is judged. The captures are witnessed (``witness``): seeing none, the check has
-one made.
-
-Over 3 rounds on up to 4 keys (no more than ``capacity``), the storages are taken after each
-call and compared with the ones before it, on calls that captured nothing: a call that captures
-may give a new graph new buffers. At most 12 graphed calls and no eager one; each look walks
-the target's objects, and each capture looks for the tensors alive (under a second on the
-reference)."""
+Judged: the tensors the graphed side holds (``engines.reach``: its closure, the module globals
+its code names, its object, their attributes, modules and containers) that were alive when a
+graph was captured, so a clone recorded after the captures may be replaced at will; or, where
+the target names what its graphs read (``cache.static``), those alone. Over 3 rounds on up to 4
+keys (no more than ``capacity``), storages are compared before and after each call that
+captured nothing (a capture may give a new graph new buffers): at most 12 graphed calls, no
+eager one, a walk of the target's objects after each call and a look at the tensors alive at
+each capture. The captures are witnessed (``witness``): seeing none, the check has one made."""
 
 from __future__ import annotations
 

@@ -111,7 +111,10 @@ def chances(
         yield "after cache.reset()", after_reset(target, keys, reset)
     last = target.num_keys - 1
     if last not in keys:
-        yield f"key {target.keys[last]!r}, which this check had not called", as_is(target, [last])
+        yield (
+            f"on key {target.keys[last]!r}, which this check had not called",
+            as_is(target, [last]),
+        )
     if fresh is not None:
         yield "on a fresh target from the factory", fresh_target(fresh, keys)
 

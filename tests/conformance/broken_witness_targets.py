@@ -1,23 +1,17 @@
-"""Twins of the checks whose verdict rests on a capture, shaped like real code: each is right or
-wrong in one way that only a witnessed capture, judging what a graph reads, counting a key's
-captures per round or looking for a permanent fallback shows. Their graphs are ``Captured``:
-CUDA graphs on a GPU, stand-in graphs on the CPU (tests/helpers/graph_stand_ins.py), so the CPU
-tests call the checks on the same code the GPU runs judge.
+"""Twins of the checks whose verdict rests on a capture, shaped like real code; their graphs are
+``Captured`` (CUDA graphs on a GPU, stand-in graphs on the CPU), so the CPU tests call the
+checks on the code the GPU runs judge.
 
-- ``caller_tensors_kept``: a graph per shape over the capturing call's own tensors (petals'
-  ``make_inference_graphed_callable``), and no reset: fails inputs unchanged in any order of
-  checks, its graphs captured by an earlier check too.
-- ``unread_recordings``: nano-vllm's runner, its graphs captured at start-up, keeping clones of
-  each step's logits that no graph reads: passes no rebound tensors.
+- ``caller_tensors_kept``: a graph per shape over the capturing call's tensors (petals), no
+  reset: fails inputs unchanged in any order of checks.
+- ``unread_recordings``: nano-vllm's runner, graphs captured at start-up, keeping clones no
+  graph reads: passes no rebound tensors.
+- ``rebinding_through(route)``: a cache rebinding its static buffer, kept in a module global, a
+  deque, an lru_cache'd getter, a threading.local or a frozenset: fails no rebound tensors.
 - ``piecewise``: the piecewise example, several graphs per key: passes captures.
-- ``falls_back_for_good``: drops its graphs on any error and runs eagerly from then on: the
-  suite reports it once, after the check that injected the fault.
-- ``rebinding_through(route)``: a cache that rebinds its static buffer on every call, the buffer
-  kept in a module global, a deque, an lru_cache'd getter's result, a threading.local or a
-  frozenset: fails no rebound tensors (CPU tests).
+- ``falls_back_for_good``: drops its graphs on any error, for good: reported once.
 
-Use as ``--cudagraph-target broken_witness_targets:<factory>`` with this folder importable.
-"""
+Use as ``--cudagraph-target broken_witness_targets:<factory>`` with this folder importable."""
 
 from __future__ import annotations
 

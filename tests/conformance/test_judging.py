@@ -18,6 +18,7 @@ from pytest_cudagraph.conformance.judging import (
     eager_call,
     graphed_call,
     graphed_path,
+    input_tensor_paths,
     judged,
     kept,
     keys_held,
@@ -49,6 +50,22 @@ def test_a_held_lock_is_reported_and_released() -> None:
     assert lock.acquire(blocking=False), "lock_was_held must release the lock it found held"
     lock.release()
     assert not lock_was_held(target_with_lock(None))
+
+
+def test_a_reentrant_lock_held_twice_by_this_thread_is_released_fully() -> None:
+    """Graph pools in the wild guard themselves with an RLock."""
+    lock = threading.RLock()
+    target = target_with_lock(lock)
+    assert not lock_was_held(target)
+    lock.acquire()
+    lock.acquire()
+    assert lock_was_held(target)
+    assert not lock_was_held(target)
+
+
+def test_input_tensors_nested_in_containers_are_named_by_their_paths() -> None:
+    inputs = {"x": torch.zeros(1), "extra": [torch.ones(1), 3], "rows": 2}
+    assert input_tensor_paths(inputs) == ["x", "extra[0]"]
 
 
 def test_tensors_are_found_in_nested_outputs() -> None:
