@@ -1580,6 +1580,17 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     *_mutants(
+        "pytest_cudagraph/conformance/conftest.py",
+        (
+            "a permanent fallback reported and the broken target kept",
+            "        config.stash[suite.REBUILT] = suite.fresh_target(config, broken.device)\n",
+            "        suite.fresh_target(config, broken.device)\n",
+            (
+                "tests/conformance/test_broken_witness_targets.py::test_a_permanent_fallback_is_reported_naming_the_check_and_the_target_rebuilt",
+            ),
+        ),
+    ),
+    *_mutants(
         "pytest_cudagraph/engines/reach.py",
         (
             "module globals not walked",

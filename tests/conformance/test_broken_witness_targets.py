@@ -4,8 +4,9 @@ On the CPU (in CI): each check called as a function on the twins, their graphs s
 counted by the check's capture counter: a runner keeping the capturing call's inputs fails
 inputs unchanged however its graphs were captured before, a runner recording clones no graph
 reads passes no rebound tensors and a buffer rebound wherever it is kept fails it, a piecewise
-runner passes captures, and a target that drops its graphs after a fault is seen to. On a GPU:
-the same verdicts through the suite, and the fallback reported once."""
+runner passes captures, and a target that drops its graphs after a fault is seen to, reported
+naming the check and rebuilt from the factory. On a GPU: the same verdicts through the suite,
+and the fallback reported once."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from suite_runner import table_verdicts
 from test_broken_zoo_targets import reported
 
 from pytest_cudagraph.conformance import (
+    conftest,
+    suite,
     test_14_captures,
     test_16_inputs_unchanged,
     test_19_graphs_used,
@@ -178,3 +181,37 @@ def test_a_permanent_fallback_is_reported_once_and_judges_no_later_check(
     result.stdout.fnmatch_lines(
         ["  lock safety *ERROR*after lock safety, the target runs without its graphs for good*"]
     )
+
+
+def test_a_permanent_fallback_is_reported_naming_the_check_and_the_target_rebuilt(
+    pytester: pytest.Pytester,
+) -> None:
+    """What the suite's ``target`` fixture does after a check that broke the target."""
+    spec = "broken_witness_targets:falls_back_for_good"
+    config = pytester.parseconfigure("--cudagraph-target", spec)
+    broken = twins.falls_back_for_good(CPU)
+    with pytest.raises(pytest.fail.Exception) as failure:
+        conftest.fail_permanent_fallback(config, "lock safety", broken)
+    assert str(failure.value) == (
+        "after lock safety, the target runs without its graphs for good: its calls replay "
+        "none, where they did before this check (a permanent fallback to eager, as code that "
+        "drops its graphs after an error makes); the checks after this one run on a target "
+        "rebuilt from the factory"
+    )
+    rebuilt = config.stash[suite.REBUILT]
+    assert rebuilt is not broken and runs_its_graphs(rebuilt, StandInGraph) is True
+
+
+def test_a_target_that_cannot_be_rebuilt_is_reported_so(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        unbuildable="def make_target(device):\n    raise RuntimeError('no GPU left')\n"
+    )
+    pytester.syspathinsert()
+    config = pytester.parseconfigure("--cudagraph-target", "unbuildable:make_target")
+    with pytest.raises(pytest.fail.Exception) as failure:
+        conftest.fail_permanent_fallback(config, "bounded memory", twins.falls_back_for_good(CPU))
+    assert str(failure.value).endswith(
+        "it could not be rebuilt (conformance target 'unbuildable:make_target': the factory "
+        "raised RuntimeError: no GPU left), so the checks after this one judge it so"
+    )
+    assert suite.REBUILT not in config.stash
