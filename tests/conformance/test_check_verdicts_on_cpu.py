@@ -2,7 +2,8 @@
 stand-in graphs where it counts captures) fails, and on a correct target passes, so that a
 check whose verdict assertion were turned off fails a test here, not only a GPU run: no baked
 inputs, identical sampling, device binding, worker processes and refusal, guards, graphs not
-skipped, output storage, captures, and inputs unchanged held to eager's effect."""
+skipped, output storage, captures, inputs unchanged held to eager's effect, and graphs used
+naming a ``runs_eagerly`` that does not answer True or False."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from pytest_cudagraph.conformance import (
     test_13_output_storage,
     test_14_captures,
     test_16_inputs_unchanged,
+    test_19_graphs_used,
 )
 from pytest_cudagraph.engines import trees
 
@@ -305,3 +307,14 @@ def test_captures_fails_a_key_captured_again_in_a_later_round() -> None:
         "keys the cache held were captured again (3 keys, capacity 3): 2 in 5 of 5 rounds, 3 "
         "in 4 of 5 rounds, 4 in 4 of 5 rounds"
     ]
+
+
+@pytest.mark.parametrize("declared", [torch.Size([4]), "no", [0]], ids=repr)
+def test_graphs_used_names_a_runs_eagerly_that_does_not_say_yes_or_no(declared: object) -> None:
+    """A shape, "no" or [0] read as truthy would count every call as declared eager."""
+    target = cpu_target(
+        graphed=StandInGraphs(double, rows),
+        fallbacks=Fallbacks(runs_eagerly=lambda inputs: declared),
+    )
+    with pytest.raises(TypeError, match=r"Fallbacks.runs_eagerly returned .*; it must return True"):
+        run(test_19_graphs_used.test_graphs_used, target)
