@@ -41,6 +41,7 @@ from pytest_cudagraph.conformance import (
     test_19_graphs_used,
 )
 from pytest_cudagraph.engines import trees
+from pytest_cudagraph.engines.units import MiB
 
 
 def rows(inputs: dict[str, object]) -> int:
@@ -150,7 +151,7 @@ def found_in_fresh_process(problems: list[str], current_after: int = 0) -> dict[
         "current_after": current_after,
         "torch_reserved_on_current": 0,
         "nvml_on_current": (None, None),
-        "nvml_on_target": 1 << 20,
+        "nvml_on_target": MiB,
     }
 
 
