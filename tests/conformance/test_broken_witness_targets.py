@@ -21,6 +21,7 @@ from suite_runner import table_verdicts
 from test_broken_zoo_targets import reported
 
 from pytest_cudagraph.conformance import (
+    CudaGraphTarget,
     conftest,
     suite,
     test_14_captures,
@@ -36,7 +37,7 @@ inputs_unchanged = test_16_inputs_unchanged.test_inputs_unchanged
 rebound_tensors = test_22_rebound_tensors.test_no_rebound_tensors
 
 
-def called_on_every_key(target: twins.CudaGraphTarget) -> twins.CudaGraphTarget:
+def called_on_every_key(target: CudaGraphTarget) -> CudaGraphTarget:
     """``target`` after an earlier check's calls: every key captured already."""
     for case in range(target.num_keys):
         assert target.graphed is not None
@@ -80,7 +81,7 @@ def test_without_a_capture_to_be_had_it_is_not_exercised_and_does_not_pass() -> 
 
 @pytest.mark.parametrize("factory", [twins.falls_back_for_good, twins.unread_recordings])
 def test_runners_with_static_buffers_of_their_own_pass_inputs_unchanged(
-    factory: Callable[[torch.device], twins.CudaGraphTarget],
+    factory: Callable[[torch.device], CudaGraphTarget],
 ) -> None:
     (figure,) = run(inputs_unchanged, factory(CPU), target_factory=lambda: factory(CPU))
     assert figure.startswith("6 calls over 2 keys: 6 inputs held to eager's effect after each")
