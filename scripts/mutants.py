@@ -1542,8 +1542,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "pytest_cudagraph/conformance/test_16_inputs_unchanged.py",
         (
             "inputs held to what they were drawn as",
-            "value, expected=effect[name])",
-            "value)",
+            "tensor, expected=left[path])",
+            "tensor)",
             (
                 "tests/conformance/test_check_verdicts_on_cpu.py::test_inputs_unchanged_holds_a_callers_tensors_to_what_eager_leaves_in_them",
             ),

@@ -21,11 +21,11 @@ from pytest_cudagraph.conformance.judging import (
     eager_call,
     graphed_call,
     keys_held,
-    tensors_in,
 )
 from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget
 from pytest_cudagraph.conformance.suite import FigureRecorder
 from pytest_cudagraph.conformance.witness import Factory, Judgement, witnessed
+from pytest_cudagraph.engines import trees
 from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.engines.unchanged import Unchanged
 from pytest_cudagraph.skips import needs_cuda
@@ -61,13 +61,13 @@ def judge(target: CudaGraphTarget, keys: Sequence[int], counter: CaptureCounter)
         inputs, effect = draw(target, case, seed=case), draw(target, case, seed=case)
         eager_call(target, effect, SEED)  # what a step that writes its inputs writes
         call = f"call {number} (case {case}, key {target.key_of(inputs)!r})"
-        for name, value in inputs.items():
-            if tensors_in(value):
-                held.keep(f"input {name!r} of {call}", value, expected=effect[name])
+        left = dict(trees.tensors(effect))
+        for path, tensor in trees.tensors(inputs):
+            held.keep(f"input {path!r} of {call}", tensor, expected=left[path])
         graphed_call(target, inputs, SEED)
         problems += [change.describe() for change in held.changes(after=call)]
     figure = (
-        f"{ROUNDS * len(keys)} calls over {len(keys)} keys: {len(held)} inputs held to eager's "
-        "effect after each later call"
+        f"{ROUNDS * len(keys)} calls over {len(keys)} keys: {len(held)} input tensors held to "
+        "eager's effect after each later call"
     )
     return Judgement(problems, figure)

@@ -84,7 +84,7 @@ def test_runners_with_static_buffers_of_their_own_pass_inputs_unchanged(
     factory: Callable[[torch.device], CudaGraphTarget],
 ) -> None:
     (figure,) = run(inputs_unchanged, factory(CPU), target_factory=lambda: factory(CPU))
-    assert figure.startswith("6 calls over 2 keys: 6 inputs held to eager's effect after each")
+    assert figure.startswith("6 calls over 2 keys: 6 input tensors held to eager's effect after")
 
 
 # No rebound tensors: only what a graph may read

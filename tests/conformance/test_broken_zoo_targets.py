@@ -87,8 +87,8 @@ class StaticArguments:
 def test_inputs_unchanged_fails_a_graph_that_keeps_the_callers_first_tensors() -> None:
     check = test_16_inputs_unchanged.test_inputs_unchanged
     assert run(check, cpu_target(graphed=StaticArguments(clone=True))) == [
-        "9 calls over 3 keys: 9 inputs held to eager's effect after each later call; 3 "
-        "capture(s) in this check"
+        "9 calls over 3 keys: 9 input tensors held to eager's effect after each later call; "
+        "3 capture(s) in this check"
     ]
     with pytest.raises(AssertionError) as failure:
         run(check, cpu_target(graphed=StaticArguments(clone=False)))

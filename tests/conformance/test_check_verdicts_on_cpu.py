@@ -116,13 +116,13 @@ def writes_extra(inputs: dict[str, object]) -> Tensor:
 def test_inputs_unchanged_holds_a_callers_tensors_to_what_eager_leaves_in_them() -> None:
     check = test_16_inputs_unchanged.test_inputs_unchanged
     in_place = cpu_target(eager=writes_x, graphed=StandInGraphs(writes_x, rows))
-    assert run(check, in_place)[0].startswith("9 calls over 3 keys: 9 inputs held to eager's")
+    assert run(check, in_place)[0].startswith("9 calls over 3 keys: 9 input tensors held to")
     with pytest.raises(AssertionError) as failure:
         run(check, cpu_target(graphed=StandInGraphs(writes_x, rows)))  # eager writes nothing
     assert reported(failure)[1].startswith("input 'x' of call 0 (case 0, key 2) at index (0, 0)")
     with pytest.raises(AssertionError) as nested:
         run(check, nested_target(StandInGraphs(writes_extra, rows)))
-    assert reported(nested)[1].startswith("input 'extra' of call 0 (case 0, key 2)[0] at index")
+    assert reported(nested)[1].startswith("input 'extra[0]' of call 0 (case 0, key 2) at index")
 
 
 # Identical sampling and device binding
