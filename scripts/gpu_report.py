@@ -26,6 +26,7 @@ STEPS = (
     "conformance-decode-token",
     "conformance-graphed-layer",
     "conformance-bucket-runner",
+    "conformance-piecewise-runner",
     "conformance-foreign",
     "conformance-quickstart",
     "conformance-xdist",

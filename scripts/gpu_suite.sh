@@ -115,6 +115,8 @@ PYTHONPATH=tests/conformance run conformance-graphed-layer --pyargs pytest_cudag
     --cudagraph-target examples.graphed_layer_target:make_target
 PYTHONPATH=tests/conformance run conformance-bucket-runner --pyargs pytest_cudagraph.conformance \
     --cudagraph-target examples.bucket_runner_target:make_target
+PYTHONPATH=tests/conformance run conformance-piecewise-runner --pyargs pytest_cudagraph.conformance \
+    --cudagraph-target examples.piecewise_runner_target:make_target
 PYTHONPATH=tests/conformance run conformance-foreign --pyargs pytest_cudagraph.conformance \
     --cudagraph-target foreign:make_target
 PYTHONPATH=tests/project/quickstart run conformance-quickstart --pyargs pytest_cudagraph.conformance \

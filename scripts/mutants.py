@@ -196,8 +196,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (
             "the lock is tried from this thread",
-            "        probe.start()\n        probe.join()\n",
-            "        try_acquire()\n",
+            "    probe.start()\n    probe.join()\n",
+            "    try_acquire()\n",
             (
                 "tests/plugin/test_fault_injector.py::test_reentrant_lock_held_by_this_thread_counts_as_held",
             ),
@@ -341,8 +341,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (
             "the outer key wins",
-            "key = stack[-1] if stack else None",
-            "key = stack[0] if stack else None",
+            "(stack[-1], None) if stack",
+            "(stack[0], None) if stack",
             (
                 "tests/engines/test_captures.py::test_nested_keys_label_a_capture_with_the_innermost",
             ),
@@ -859,8 +859,8 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (
             "a held value compared with itself",
-            "_Held(name, value, trees.snapshot(value, name))",
-            "_Held(name, value, value)",
+            "self._held.append(_Held(name, value, copy))",
+            "self._held.append(_Held(name, value, value))",
             (
                 "tests/engines/test_unchanged.py::test_a_value_changed_in_place_is_reported_once_naming_what_ran_before",
             ),
@@ -1517,6 +1517,204 @@ MUTANTS: tuple[Mutant, ...] = (
             "if needed and not select(entries, **needed)",
             (
                 "tests/scripts/test_bench_report.py::test_compile_of_the_lean_step_missing_at_one_key_fails_the_lean_graphs_goal",
+            ),
+        ),
+    ),
+    # The checks' verdicts, each turned off, and what witnesses their captures.
+    *_mutants(
+        "pytest_cudagraph/conformance/test_02_no_baked_inputs.py",
+        (
+            "no baked inputs never fails",
+            'assert not problems, "graphed answers after changing one input',
+            'assert True or problems, "graphed answers after changing one input',
+            (
+                "tests/conformance/test_check_verdicts_on_cpu.py::test_no_baked_inputs_fails_a_graph_that_keeps_one_inputs_first_value",
+            ),
+        ),
+        (
+            "nested inputs never changed",
+            "for path in input_tensor_paths(base()):",
+            "for path in list(base())[:1]:",
+            (
+                "tests/conformance/test_check_verdicts_on_cpu.py::test_no_baked_inputs_fails_a_graph_that_keeps_one_inputs_first_value",
+            ),
+        ),
+    ),
+    *_mutants(
+        "pytest_cudagraph/conformance/test_04_identical_sampling.py",
+        (
+            "identical sampling never fails",
+            "assert not mismatches,",
+            "assert True or mismatches,",
+            (
+                "tests/conformance/test_check_verdicts_on_cpu.py::test_identical_sampling_fails_tokens_that_differ_with_graphs_on",
+            ),
+        ),
+    ),
+    *_mutants(
+        "pytest_cudagraph/conformance/test_06_device_binding.py",
+        (
+            "device binding never fails",
+            '    assert not problems, "\\n".join(problems)\n',
+            '    assert True or problems, "\\n".join(problems)\n',
+            (
+                "tests/conformance/test_check_verdicts_on_cpu.py::test_device_binding_fails_what_the_fresh_process_saw",
+            ),
+        ),
+    ),
+    *_mutants(
+        "pytest_cudagraph/conformance/test_07_guards.py",
+        (
+            "an empty refusal passes",
+            "elif not str(error).strip():",
+            "elif False:",
+            (
+                "tests/conformance/test_check_verdicts_on_cpu.py::test_guards_fail_an_empty_refusal_and_a_mode_that_does_not_return",
+            ),
+        ),
+    ),
+    *_mutants(
+        "pytest_cudagraph/conformance/test_11_processes.py",
+        (
+            "worker processes never fail",
+            'assert not problems, "worker results differ from eager',
+            'assert True or problems, "worker results differ from eager',
+            (
+                "tests/conformance/test_check_verdicts_on_cpu.py::test_worker_processes_fails_results_that_differ_from_eager",
+            ),
+        ),
+        (
+            "a process started and joined before the refusal goes unseen",
+            "            started.append(how)\n",
+            "            pass\n",
+            (
+                "tests/conformance/test_check_verdicts_on_cpu.py::test_worker_refusal_fails_a_process_started_and_joined_before_the_refusal",
+            ),
+        ),
+    ),
+    *_mutants(
+        "pytest_cudagraph/conformance/test_12_graphs_not_skipped.py",
+        (
+            "graphs not skipped never fails",
+            "assert not skips,",
+            "assert True or skips,",
+            (
+                "tests/conformance/test_check_verdicts_on_cpu.py::test_graphs_not_skipped_fails_any_skip_the_target_reports",
+            ),
+        ),
+    ),
+    *_mutants(
+        "pytest_cudagraph/conformance/test_13_output_storage.py",
+        (
+            "output storage never fails",
+            'assert not problems, "graphed outputs that do not own their memory',
+            'assert True or problems, "graphed outputs that do not own their memory',
+            (
+                "tests/conformance/test_check_verdicts_on_cpu.py::test_output_storage_fails_outputs_in_a_graphs_static_buffer",
+            ),
+        ),
+    ),
+    *_mutants(
+        "pytest_cudagraph/conformance/test_14_captures.py",
+        (
+            "captures never fails",
+            "assert not recaptured, (",
+            "assert True or recaptured, (",
+            (
+                "tests/conformance/test_check_verdicts_on_cpu.py::test_captures_fails_a_key_captured_again_in_a_later_round",
+            ),
+        ),
+        (
+            "each graph of a key counted as a capture of it",
+            "again = counter.keys_captured_again()",
+            "again = counter.recaptured_keys()",
+            (
+                "tests/conformance/test_broken_witness_targets.py::test_a_piecewise_runner_captures_each_key_once_with_a_graph_per_layer",
+            ),
+        ),
+    ),
+    *_mutants(
+        "pytest_cudagraph/conformance/test_16_inputs_unchanged.py",
+        (
+            "inputs held to what they were drawn as",
+            "tensor, expected=left[path])",
+            "tensor)",
+            (
+                "tests/conformance/test_check_verdicts_on_cpu.py::test_inputs_unchanged_holds_a_callers_tensors_to_what_eager_leaves_in_them",
+            ),
+        ),
+    ),
+    *_mutants(
+        "pytest_cudagraph/conformance/test_22_rebound_tensors.py",
+        (
+            "every tensor held judged, read by a graph or not",
+            "if static is not None or t in alive}",
+            "if True}",
+            (
+                "tests/conformance/test_broken_witness_targets.py::test_clones_no_graph_reads_may_be_replaced_at_will",
+            ),
+        ),
+    ),
+    *_mutants(
+        "pytest_cudagraph/conformance/witness.py",
+        (
+            "a check that saw no capture passes",
+            "if judgement.problems or counter.replays:",
+            "if True:",
+            (
+                "tests/conformance/test_broken_witness_targets.py::test_without_a_capture_to_be_had_it_is_not_exercised_and_does_not_pass",
+            ),
+        ),
+        (
+            "a capture on demand never looked for",
+            "    for where, chance in chances(target, keys, fresh):\n",
+            "    for where, chance in []:\n",
+            (
+                "tests/conformance/test_broken_witness_targets.py::test_it_fails_when_an_earlier_check_captured_its_graphs",
+            ),
+        ),
+    ),
+    *_mutants(
+        "pytest_cudagraph/conformance/conftest.py",
+        (
+            "a permanent fallback reported and the broken target kept",
+            "        config.stash[suite.REBUILT] = suite.fresh_target(config, broken.device)\n",
+            "        suite.fresh_target(config, broken.device)\n",
+            (
+                "tests/conformance/test_broken_witness_targets.py::test_a_permanent_fallback_is_reported_naming_the_check_and_the_target_rebuilt",
+            ),
+        ),
+    ),
+    *_mutants(
+        "pytest_cudagraph/engines/reach.py",
+        (
+            "module globals not walked",
+            "        yield from _globals_named(value)\n",
+            "",
+            (
+                "tests/conformance/test_broken_witness_targets.py::test_a_static_buffer_rebound_fails_wherever_the_cache_keeps_it",
+            ),
+        ),
+    ),
+    *_mutants(
+        "pytest_cudagraph/engines/faults.py",
+        (
+            "a re-entrant lock released once",
+            "    while lock_held(lock):\n",
+            "    for _ in range(1):\n",
+            (
+                "tests/conformance/test_judging.py::test_a_reentrant_lock_held_twice_by_this_thread_is_released_fully",
+            ),
+        ),
+    ),
+    *_mutants(
+        "pytest_cudagraph/conformance/protocol.py",
+        (
+            "a guard regex matching the empty message accepted",
+            'says_nothing = re.search(mode[1], "") is not None',
+            "says_nothing = re.compile(mode[1]) is None",
+            (
+                "tests/conformance/test_protocol.py::test_a_guard_regex_that_matches_the_empty_message_is_refused",
             ),
         ),
     ),

@@ -154,8 +154,9 @@ def compiled(
     eager_step = torch.compile(
         sides.eager_code, fullgraph=fullgraph, dynamic=dynamic, **without_graphs
     )
-    limit = 2 * len(keys) + 2  # both sides of every key, and a spare for each
-    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, limit)
+    # Room for both sides of every key, and a spare for each, on top of what other targets of the
+    # same code compiled: a fresh target (the witness builds some) compiles its own variants.
+    torch._dynamo.config.cache_size_limit += 2 * len(keys) + 2
     skips = InductorSkips()
     one_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compiled-target")
 
@@ -183,7 +184,7 @@ def compiled(
     # Cudagraph trees keep every graph they record: capacity is every key.
     own: TargetOptions = dict(
         output_lifetime=NEXT_CALL,
-        cache=Cache(capacity=len(keys)),
+        cache=Cache(capacity=len(keys), static=_trees_static_inputs(sides)),
         fallbacks=Fallbacks(graph_skips=skips.reasons),
     )
     if sides.side_state is not None:
@@ -426,6 +427,20 @@ def _side_state(
     if isinstance(eager_code, torch.nn.Module):
         return lambda: (eager_code, graphed_code)
     return None
+
+
+def _trees_static_inputs(sides: _Sides) -> Callable[[], dict[str, object]]:
+    """What cudagraph trees read at the addresses they captured: the parameters and buffers of
+    the graphed side's module (every other input they copy into buffers of their own)."""
+    import torch
+
+    module = next(
+        (m for m in (sides.graphed_model, sides.graphed_code) if isinstance(m, torch.nn.Module)),
+        None,
+    )
+    if module is None:
+        return dict
+    return lambda: {**dict(module.named_parameters()), **dict(module.named_buffers())}
 
 
 def _compile_options(

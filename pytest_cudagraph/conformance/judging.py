@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import weakref
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ from pytest_cudagraph.conformance.protocol import OWNED, CudaGraphTarget, Inputs
 from pytest_cudagraph.engines import rng, trees
 from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.engines.compare import Mismatch, Tolerance, Tolerances
-from pytest_cudagraph.engines.faults import FaultInjector
+from pytest_cudagraph.engines.faults import lock_held, release_held
 from pytest_cudagraph.engines.parity import compare_outputs
 from pytest_cudagraph.engines.state import (
     load_state,
@@ -48,11 +48,12 @@ def case_in_key(target: CudaGraphTarget, key_index: int, repeat: int) -> int:
 
 
 def calls_over_keys(
-    target: CudaGraphTarget, key_count: int, rounds: range
+    target: CudaGraphTarget, keys: int | Sequence[int], rounds: range
 ) -> Iterator[tuple[int, int]]:
-    """``(call, case)`` for each round of ``rounds``, a case of each of the first ``key_count``
-    keys in turn (``case_in_key``); ``call`` counts these calls from 0."""
-    pairs = itertools.product(rounds, range(key_count))
+    """``(call, case)`` for each round of ``rounds``, a case of each key in turn
+    (``case_in_key``): the first ``keys`` keys, or the keys numbered ``keys``; ``call`` counts
+    these calls from 0."""
+    pairs = itertools.product(rounds, range(keys) if isinstance(keys, int) else keys)
     for call, (repeat, key_index) in enumerate(pairs):
         yield call, case_in_key(target, key_index, repeat)
 
@@ -80,16 +81,13 @@ def stream_kept(device: torch.device) -> contextlib.AbstractContextManager[objec
 
 def lock_was_held(target: CudaGraphTarget) -> bool:
     """Whether the target's lock is held (probed from another thread); a held lock is then
-    released, so that one broken check does not hang the checks after it."""
+    released (a re-entrant one level by level), so that one broken check does not hang the
+    checks after it."""
     lock = target.cache.lock if target.cache is not None else None
-    if lock is None:
+    if lock is None or not lock_held(lock):
         return False
-    try:
-        FaultInjector().assert_lock_free(lock)
-    except AssertionError:
-        lock.release()
-        return True
-    return False
+    release_held(lock)
+    return True
 
 
 # Calling each side: one seed for both, every output read while it is valid.
@@ -218,6 +216,11 @@ def tensors_in(value: object) -> list[torch.Tensor]:
 
 def input_tensor_names(inputs: Inputs) -> list[str]:
     return [name for name, value in inputs.items() if isinstance(value, torch.Tensor)]
+
+
+def input_tensor_paths(inputs: Inputs) -> list[str]:
+    """The path of every input tensor, those in nested containers too (``extra[0]``)."""
+    return [path for path, _ in trees.tensors(inputs)]
 
 
 # State: what each side carries from one call to the next, kept in step.

@@ -13,7 +13,9 @@ only when a target is made.
 
 from __future__ import annotations
 
+import inspect
 import re
+import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar
@@ -64,6 +66,9 @@ THREAD_MODELS = (CONCURRENT, SERIAL, SINGLE)
 USAGE_ERRORS: tuple[type[Exception], ...] = (ValueError, TypeError, RuntimeError)
 # The stages the lock-safety check injects a fault into when the target names its own.
 FAULT_STAGES = ("warm_up", "capture", "replay")
+# The largest real batch padded batches calls (it calls every size up to ``Padding.largest``,
+# each on both sides); graph runners capture batches up to a few hundred rows.
+MAX_PADDED_ROWS = 1024
 
 Inputs = dict[str, Any]
 # One entry of an output: a dict's key, or a tuple's or list's index.
@@ -117,7 +122,17 @@ class Cache(Capability):
       memory needs it (it measures that graph first).
     fault_points: stage -> (object, method name) for at least warm_up, capture and replay: lock
       safety makes each method raise on its next call (without them, it injects its faults at
-      torch's own graph API)."""
+      torch's own graph API).
+    static() -> the tensors the graphs read at the addresses they were captured on (weights,
+      static input and output buffers, a KV cache), as tensors, modules or containers of them:
+      no rebound tensors judges these alone. Without it, it judges every tensor the graphed
+      side holds that was alive when a graph was captured; give it when the graphed side also
+      holds tensors it replaces that no graph reads (cudagraph trees copy such inputs into
+      their own buffers).
+
+    The lock may be a threading Lock, RLock or Condition, or a multiprocessing Lock or RLock:
+    the checks try it from another thread. An asyncio lock (taken by awaiting it) and a
+    semaphore (a count: a probe cannot tell one slot left taken) are refused."""
 
     SLOT: ClassVar[str] = "cache"
 
@@ -127,18 +142,14 @@ class Cache(Capability):
     capacity: int | None = None
     largest_key: Hashable | None = None
     fault_points: Mapping[str, tuple[object, str]] | None = None
+    static: Callable[[], object] | None = None
 
     def __post_init__(self) -> None:
-        _callable_or_none(self, "reset", "cached_keys")
+        _callable_or_none(self, "reset", "cached_keys", "static")
         if self.capacity is not None:
             _count(self, "capacity", low=1)
-        if self.lock is not None and not (
-            callable(getattr(self.lock, "acquire", None))
-            and callable(getattr(self.lock, "release", None))
-        ):
-            raise TypeError(
-                f"Cache.lock must have acquire() and release(), got {type(self.lock).__name__}"
-            )
+        if self.lock is not None:
+            _check_lock(self.lock)
         if self.fault_points is not None:
             _check_fault_points(self.fault_points)
 
@@ -185,7 +196,8 @@ class Guards(Capability):
     """Modes the code must refuse. Guards needs it.
 
     modes: name -> (zero-arg callable, regex): calling it must raise one of ``refusal_errors``
-      whose message matches the regex (says what is unmet).
+      whose message matches the regex (says what is unmet); a regex that matches the empty
+      message (``.*``, ``x*``) proves nothing and is refused.
     refusal_errors: the exception classes that refuse (default ValueError, TypeError,
       RuntimeError; add AssertionError for guards written as asserts)."""
 
@@ -209,11 +221,16 @@ class Guards(Capability):
                     f"Guards.modes[{name!r}] must be (zero-arg callable, regex), got {mode!r}"
                 )
             try:
-                re.compile(mode[1])
+                says_nothing = re.search(mode[1], "") is not None
             except (re.error, RecursionError, OverflowError) as error:
                 raise ValueError(
                     f"Guards.modes[{name!r}]: {mode[1]!r} is not a regex ({error})"
                 ) from None
+            if says_nothing:
+                raise ValueError(
+                    f"Guards.modes[{name!r}]: {mode[1]!r} matches the empty message, so any "
+                    "refusal would pass; give a regex of what the message says is unmet"
+                )
         errors = self.refusal_errors
         if not (
             isinstance(errors, tuple)
@@ -248,7 +265,8 @@ class Fallbacks(Capability):
     graph_skips() -> reasons: every time it ran without its graph so far (a skipped capture, a
       re-recording past a limit), one reason each: graphs not skipped needs it.
     runs_eagerly(inputs) -> bool: whether the code runs this call without a graph by design
-      (above its largest bucket, say): graphs used counts such calls instead of failing them."""
+      (above its largest bucket, say): graphs used counts such calls instead of failing them.
+      Anything but True or False (a shape, "no", [0]) is a TypeError naming it."""
 
     SLOT: ClassVar[str] = "fallbacks"
 
@@ -259,6 +277,7 @@ class Fallbacks(Capability):
         _callable_or_none(self, "graph_skips", "runs_eagerly")
         if self.graph_skips is None and self.runs_eagerly is None:
             raise TypeError("Fallbacks gives nothing: give graph_skips, runs_eagerly or both")
+        _checked(self, "runs_eagerly", _flag_rule)
 
 
 @dataclass(frozen=True)
@@ -279,12 +298,16 @@ class CaptureClean(Capability):
 class Padding(Capability):
     """How the code pads a real batch up to its bucket. Padded batches needs it.
 
-    largest: the largest real batch the graphs serve; the check calls every size from 1 to it.
+    largest: the largest real batch the graphs serve, at most ``MAX_PADDED_ROWS`` (1024); the
+      check calls every size from 1 to it.
     make_inputs(generator, rows) -> inputs: one call with exactly ``rows`` real rows (the rest
       of its bucket, if any, padding), its values from the generator.
     junk(inputs) -> inputs: the same call, as new tensors, with junk (NaN, or a value no real
       row may read) in the padded part the caller writes; None where the caller writes none
-      (the code pads the batch itself)."""
+      (the code pads the batch itself).
+
+    What each callback returns is checked on every call: a dict of input name -> value (junk's
+    with the names of the inputs it was given), else a TypeError naming the field."""
 
     SLOT: ClassVar[str] = "padding"
 
@@ -294,8 +317,15 @@ class Padding(Capability):
 
     def __post_init__(self) -> None:
         _count(self, "largest", low=1)
+        if self.largest > MAX_PADDED_ROWS:
+            raise ValueError(
+                f"Padding.largest must be at most {MAX_PADDED_ROWS} (padded batches calls every "
+                f"size up to it), got {self.largest}"
+            )
         _callable(self, "make_inputs")
         _callable_or_none(self, "junk")
+        _checked(self, "make_inputs", _inputs_rule)
+        _checked(self, "junk", _same_call_rule)
 
 
 @dataclass(frozen=True)
@@ -306,7 +336,10 @@ class Trajectory(Capability):
       output (e.g. the prefixes with each row's most likely token appended).
     teacher_forced: both sides take the eager trajectory's inputs at every step (for code
       within a tolerance, whose token may flip); by default each follows its own outputs.
-    case: the case the trajectory starts from."""
+    case: the case the trajectory starts from.
+
+    What next_inputs returns is checked on every call: a dict of input name -> value, else a
+    TypeError naming the field."""
 
     SLOT: ClassVar[str] = "trajectory"
 
@@ -316,6 +349,7 @@ class Trajectory(Capability):
 
     def __post_init__(self) -> None:
         _callable(self, "next_inputs")
+        _checked(self, "next_inputs", _inputs_rule)
         if not isinstance(self.teacher_forced, bool):
             raise TypeError(
                 f"Trajectory.teacher_forced must be True or False, got {self.teacher_forced!r}"
@@ -356,6 +390,8 @@ class CudaGraphTarget:
         ``generator`` on ``device``. Two draws of one case must be interchangeable input by
         input: the no-baked-inputs check swaps one tensor at a time between them.
       key_of(inputs) -> hashable: the code's own key for a call; it must tell the keys apart.
+        Every key it returns is checked: a plain value, equal to itself and to the key of the
+        same inputs again (not a tensor, NaN or a fresh object()), else a TypeError.
 
     The contract the code keeps (each has a default; every check honours it):
       tolerance: how close graphed must be to eager: one Tolerance for the whole output, or a
@@ -408,6 +444,7 @@ class CudaGraphTarget:
             )
         _callable(self, "eager", "draw", "key_of")
         _callable_or_none(self, "graphed", "real_part")
+        _checked(self, "key_of", _key_rule)
         if self.graphed is None and self.device.type == "cuda":
             raise TypeError(
                 "CudaGraphTarget.graphed is None on a CUDA device; only away from CUDA may it be left out"
@@ -509,6 +546,89 @@ def checked_keys(keys: object) -> Sequence[Hashable]:
     return found
 
 
+# Callbacks whose every result is checked
+
+
+@dataclass(frozen=True)
+class CheckedCallback:
+    """A callback of the user's whose every result is checked: ``rule(result, again, *args)``
+    says what is wrong with it ("" when nothing; ``again()`` calls the callback anew on the same
+    arguments), and a wrong result is a TypeError naming ``field``. It returns what the
+    callback returns."""
+
+    function: Callable[..., object]
+    field: str
+    rule: Callable[..., str]
+
+    def __call__(self, *args: object) -> Any:
+        result = self.function(*args)
+        problem = self.rule(result, lambda: self.function(*args), *args)
+        if problem:
+            raise TypeError(f"{self.field} {problem}")
+        return result
+
+
+def _checked(owner: object, name: str, rule: Callable[..., str]) -> None:
+    """Wrap the callback ``owner.name`` (when given, and not wrapped yet) in ``rule``."""
+    function = getattr(owner, name)
+    if function is not None and not isinstance(function, CheckedCallback):
+        object.__setattr__(owner, name, CheckedCallback(function, _named(owner, name), rule))
+
+
+def _inputs_rule(result: object, again: object, *args: object) -> str:
+    if isinstance(result, dict) and all(isinstance(name, str) for name in result):
+        return ""
+    return f"returned {_shown(result)}; it must return a dict of input name -> value"
+
+
+def _same_call_rule(result: object, again: object, inputs: Inputs) -> str:
+    problem = _inputs_rule(result, again)
+    if problem or not isinstance(result, dict) or set(result) == set(inputs):
+        return problem
+    return (
+        f"returned inputs named {sorted(result)}, not the call's {sorted(inputs)}: it must "
+        "return the same call"
+    )
+
+
+def _flag_rule(result: object, again: object, *args: object) -> str:
+    if isinstance(result, bool):
+        return ""
+    return f"returned {_shown(result)}; it must return True or False"
+
+
+def _key_rule(key: object, again: Callable[[], object], *args: object) -> str:
+    """A graph key must be a plain value equal to itself and to the key of the same inputs
+    taken again: a tensor, NaN or a fresh ``object()`` never finds its graph again."""
+    import torch
+
+    if isinstance(key, torch.Tensor):
+        return (
+            f"returned a tensor ({_shown(key)}); a key must be a plain value, e.g. int(x) or "
+            "tuple(x.shape)"
+        )
+    try:
+        hash(key)
+        second = again()
+        itself, alike = bool(key == key), bool(key == second)
+    except Exception as error:  # an unhashable key, or one whose == raises
+        return f"returned {_shown(key)}, which cannot be a key: {type(error).__name__}: {error}"
+    if not itself:
+        return f"returned {_shown(key)}, which is not equal to itself (NaN): no call finds it again"
+    if not alike:
+        return (
+            f"gave two keys for the same inputs ({_shown(key)}, then {_shown(second)}): a key "
+            "must be a value that compares equal, not a fresh object"
+        )
+    return ""
+
+
+def _shown(value: object) -> str:
+    """A value as a message shows it: its type and a short repr."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
 # The checks of the fields, each naming ``Class.field``
 
 
@@ -566,13 +686,40 @@ def _check_tolerance(tolerance: object) -> None:
             )
 
 
+def _check_lock(lock: LockLike) -> None:
+    """A lock the checks can try from another thread, or TypeError naming what it is."""
+    if not (callable(getattr(lock, "acquire", None)) and callable(getattr(lock, "release", None))):
+        raise TypeError(f"Cache.lock must have acquire() and release(), got {type(lock).__name__}")
+    kind = f"{type(lock).__module__}.{type(lock).__qualname__}"
+    if inspect.iscoroutinefunction(lock.acquire):
+        raise TypeError(
+            f"Cache.lock is an asyncio lock ({kind}), taken by awaiting it: the checks try the "
+            "lock from another thread; give the threading or multiprocessing lock around the "
+            "graphs"
+        )
+    multiprocessing_semaphore = type(lock).__module__ == "multiprocessing.synchronize" and any(
+        klass.__name__ == "Semaphore" for klass in type(lock).__mro__
+    )
+    if isinstance(lock, threading.Semaphore) or multiprocessing_semaphore:
+        raise TypeError(
+            f"Cache.lock is a semaphore ({kind}): a count, not a lock, and a probe cannot tell "
+            "one slot left taken; give the lock the cache takes around its graphs"
+        )
+
+
 def _check_fault_points(points: object) -> None:
     if not isinstance(points, Mapping):
         raise TypeError(f"Cache.fault_points must be a mapping, got {type(points).__name__}")
-    missing = [stage for stage in FAULT_STAGES if stage not in points]
+    try:
+        entries = list(points.items())
+    except Exception as error:  # a mapping whose reading raises
+        raise ValueError(
+            f"Cache.fault_points: reading its entries raised {type(error).__name__}: {error}"
+        ) from None
+    missing = [stage for stage in FAULT_STAGES if stage not in dict(entries)]
     if missing:
         raise ValueError(f"Cache.fault_points lacks the stage(s) {', '.join(missing)}")
-    for stage, point in points.items():
+    for stage, point in entries:
         if not (isinstance(point, tuple) and len(point) == 2 and isinstance(point[1], str)):
             raise TypeError(
                 f"Cache.fault_points[{stage!r}] must be (object, method name), got {point!r}"

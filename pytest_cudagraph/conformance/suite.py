@@ -28,6 +28,8 @@ from pytest_cudagraph.conformance import loading
 from pytest_cudagraph.conformance.catalog import CHECKS_FOLDER
 
 if TYPE_CHECKING:
+    import torch
+
     from pytest_cudagraph.conformance.protocol import CudaGraphTarget
 
 CHECK = "check"  # the record kind of a check's name, on each of its reports
@@ -37,6 +39,8 @@ FAILED = ("FAILED", "ERROR")
 TARGET_SPEC = pytest.StashKey[str | None]()
 # The factory of the spec the session chose, loaded when the session was configured.
 FACTORY = pytest.StashKey[loading.Factory]()
+# The session's target rebuilt from the factory, after a check left it without its graphs.
+REBUILT = pytest.StashKey["CudaGraphTarget"]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -81,9 +85,7 @@ def conformance_target(request: pytest.FixtureRequest) -> CudaGraphTarget:
     else:
         device = torch.device("cpu")
     try:
-        return loading.build_target(
-            chosen_target_spec(config), device, config.stash.get(FACTORY, None)
-        )
+        return fresh_target(config, device)
     except loading.TargetError as error:
         problem = str(error)
         cause = error.__cause__
@@ -92,6 +94,12 @@ def conformance_target(request: pytest.FixtureRequest) -> CudaGraphTarget:
     if any(item.path.parent == CHECKS_FOLDER for item in request.session.items):
         request.session.shouldfail = problem.splitlines()[0]
     pytest.fail(problem, pytrace=False)
+
+
+def fresh_target(config: pytest.Config, device: torch.device) -> CudaGraphTarget:
+    """A new target of the session's spec on ``device``, from the factory loaded once
+    (TargetError naming the spec where it cannot be built)."""
+    return loading.build_target(chosen_target_spec(config), device, config.stash.get(FACTORY, None))
 
 
 def _wants_traceback(config: pytest.Config) -> bool:

@@ -6,9 +6,12 @@ static output buffer, a view of it, or an input it wrote into is caught by name.
 Outputs the target says are valid only until the next call of their key (or of any key) may
 share storage with earlier outputs of that key (or of any key): that is their contract, which
 the owned-outputs check holds them to. Sharing with the call's inputs or eager output never
-is."""
+is. A graph's outputs lie where its capture put them, so the check's captures are witnessed
+(``witness``): seeing none, it has one made."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from pytest_cudagraph.conformance.catalog import given
 from pytest_cudagraph.conformance.judging import calls_over_keys, draw, graphed_path, keys_held
@@ -19,6 +22,8 @@ from pytest_cudagraph.conformance.protocol import (
     CudaGraphTarget,
 )
 from pytest_cudagraph.conformance.suite import FigureRecorder
+from pytest_cudagraph.conformance.witness import Factory, Judgement, witnessed
+from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.engines.parity import storage_overlaps
 from pytest_cudagraph.skips import needs_cuda
 
@@ -27,13 +32,28 @@ ROUNDS = 3  # the first captures each key, the later ones replay it
 
 
 @needs_cuda
-def test_output_storage(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
+def test_output_storage(
+    target: CudaGraphTarget,
+    capture_counter: CaptureCounter,
+    target_factory: Factory | None,
+    record_figure: FigureRecorder,
+) -> None:
     key_count = keys_held(target, MAX_KEYS, given(target, Cache, "capacity"))
+    seen = witnessed(target, capture_counter, judge, range(key_count), target_factory)
+    record_figure(f"{seen.judgement.figure}; {seen.describe()}")
+    problems = seen.judgement.problems
+    assert not problems, "graphed outputs that do not own their memory:\n" + "\n".join(
+        problems[:10]
+    )
+
+
+def judge(target: CudaGraphTarget, keys: Sequence[int], counter: CaptureCounter) -> Judgement:
+    """Each call's output, against its inputs, its eager output and what earlier calls kept."""
     # Every input and output stays alive to the end: memory freed by one call and handed to
     # the next would look shared when it is not.
     kept: dict[str, tuple[object, object]] = {}  # description -> (key, value)
     problems = []
-    for call, case in calls_over_keys(target, key_count, range(ROUNDS)):
+    for call, case in calls_over_keys(target, keys, range(ROUNDS)):
         inputs = draw(target, case, seed=case)
         key = target.key_of(inputs)
         name = f"call {call} (key {key!r})"
@@ -51,11 +71,8 @@ def test_output_storage(target: CudaGraphTarget, record_figure: FigureRecorder) 
         ]
         kept[f"{name}'s output"] = (key, output)
         kept[f"{name}'s inputs"] = (key, inputs)
-    calls = ROUNDS * key_count
-    record_figure(f"{calls} calls over {key_count} keys: {len(problems)} shared storage(s)")
-    assert not problems, "graphed outputs that do not own their memory:\n" + "\n".join(
-        problems[:10]
-    )
+    figure = f"{ROUNDS * len(keys)} calls over {len(keys)} keys: {len(problems)} shared storage(s)"
+    return Judgement(problems, figure)
 
 
 def may_share(target: CudaGraphTarget, key: object, earlier_key: object, what: str) -> bool:

@@ -7,7 +7,10 @@ class on the CPU).
 A key counts as captured again only through captures that were replayed: a graph that is
 never replayed serves no call, like the empty graph torch.compile's cudagraph-tree manager
 captures once to hold its memory pool. A graph captured anew still has to be replayed to
-produce its outputs, so a cache that re-records a key is caught.
+produce its outputs, so a cache that re-records a key is caught. Calls made one at a time are
+labelled with ``call(key, round_number)``, whatever thread captures for them:
+``keys_captured_again`` then counts the rounds each key was captured in, so that code holding
+several graphs per key (a piecewise runner) captures each key once.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
@@ -29,20 +32,23 @@ _METHODS = ("capture_begin", "capture_end", "replay")
 
 @dataclass(frozen=True)
 class Capture:
-    """One completed capture: the key in scope when it began (``CaptureCounter.key``), the
-    wall time from ``capture_begin`` to the return of ``capture_end`` (which instantiates the
-    graph), and how often that graph was replayed before it was captured again."""
+    """One completed capture: the key in scope when it began (``CaptureCounter.key``, or
+    ``call``'s), the wall time from ``capture_begin`` to the return of ``capture_end`` (which
+    instantiates the graph), how often that graph was replayed before it was captured again,
+    and the round of ``call`` it was made in."""
 
     key: Hashable | None
     seconds: float
     replays: int = 0
+    round: int | None = None
 
 
 class CaptureCounter:
     """Counts captures and replays of ``graph_class`` (default ``torch.cuda.CUDAGraph``)
     made while the counter is entered, from any thread. Warm-up runs and the
     synchronize/empty_cache torch.cuda.graph does before ``capture_begin`` are not capture
-    time.
+    time. ``after_capture``, when given, is called after each counted capture ends, in the
+    thread that captured (to look at what the capture left alive).
 
         with CaptureCounter() as counter:
             with counter.key((8, 64)):
@@ -50,16 +56,20 @@ class CaptureCounter:
         assert not counter.recaptured_keys()
     """
 
-    def __init__(self, graph_class: type | None = None) -> None:
+    def __init__(
+        self, graph_class: type | None = None, after_capture: Callable[[], None] | None = None
+    ) -> None:
         self.graph_class = graph_class_with(graph_class, _METHODS)
+        self.after_capture = after_capture
         self._lock = threading.Lock()
         self._captures: list[Capture] = []
-        self._started: dict[int, tuple[float, Hashable | None]] = {}
+        self._started: dict[int, tuple[float, Hashable | None, int | None]] = {}
         # id(graph) -> index of its latest capture in _captures, where its replays count. By
         # id, as not every graph class takes weak references; a capture rebinds a reused id.
         self._latest: dict[int, int] = {}
         self._all_replays = 0
         self._keys = threading.local()  # each thread's stack of keys (``key``)
+        self._call: tuple[Hashable, int] | None = None  # (key, round number) of ``call``
         self._patches: ExitStack | None = None
         self._active = False
 
@@ -90,6 +100,18 @@ class CaptureCounter:
             yield
         finally:
             stack.pop()
+
+    @contextmanager
+    def call(self, key: Hashable, round_number: int) -> Iterator[None]:
+        """Label the captures begun inside this block, by any thread that has no key of its
+        own (code may capture on a thread of its own), with ``key`` and ``round_number``: for
+        calls made one at a time."""
+        hash(key)
+        previous, self._call = self._call, (key, round_number)
+        try:
+            yield
+        finally:
+            self._call = previous
 
     def _key_stack(self) -> list[Hashable]:
         stack = getattr(self._keys, "stack", None)
@@ -128,6 +150,16 @@ class CaptureCounter:
             if key is not None and count > 1
         }
 
+    def keys_captured_again(self) -> dict[Hashable, int]:
+        """Keys (labelled by ``call``) whose replayed captures fall in more than one round,
+        with how many rounds: the graphs of one key captured in one round, several for code
+        that holds several per key, are one capture of that key."""
+        rounds: dict[Hashable, set[int]] = {}
+        for capture in self.captures:
+            if capture.replays and capture.key is not None and capture.round is not None:
+                rounds.setdefault(capture.key, set()).add(capture.round)
+        return {key: len(found) for key, found in rounds.items() if len(found) > 1}
+
     def replays_per_capture(self) -> float:
         """Replays over captures; 0.0 when nothing was captured."""
         count = len(self.captures)
@@ -148,8 +180,8 @@ class CaptureCounter:
 
     def _on_capture_begin(self, original: Method, graph: object, *a, **k) -> object:
         stack = self._key_stack()
-        key = stack[-1] if stack else None
-        self._started[id(graph)] = (time.perf_counter(), key)
+        key, round_number = (stack[-1], None) if stack else (self._call or (None, None))
+        self._started[id(graph)] = (time.perf_counter(), key, round_number)
         try:
             return original(graph, *a, **k)
         except BaseException:
@@ -164,10 +196,13 @@ class CaptureCounter:
             raise
         started = self._started.pop(id(graph), None)
         if started is not None:  # began before this counter was entered: not counted
-            began, key = started
+            began, key, round_number = started
             with self._lock:
                 self._latest[id(graph)] = len(self._captures)
-                self._captures.append(Capture(key, time.perf_counter() - began))
+                seconds = time.perf_counter() - began
+                self._captures.append(Capture(key, seconds, round=round_number))
+            if self.after_capture is not None:
+                self.after_capture()
         return result
 
     def _on_replay(self, original: Method, graph: object, *a, **k) -> object:

@@ -1,7 +1,8 @@
 """fault_injector: make a named call raise on its N-th invocation, then check locks were freed.
 
 Graph caches and worker pools take locks around capture and replay; the question these
-helpers answer is whether an error in the middle leaves a lock held.
+helpers answer is whether an error in the middle leaves a lock held (``lock_held``, probed from
+another thread), and how to free one that is (``release_held``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ _MISSING = object()
 
 
 class LockLike(Protocol):
-    """A lock any thread may release (threading.Lock, multiprocessing.Lock; not an RLock): a
-    check that finds it held after a fault releases it, so that the checks after it can run."""
+    """A lock that can be tried without waiting: threading.Lock and RLock, a Condition over
+    either, multiprocessing.Lock and RLock. A check that finds it held after a fault releases
+    it (``release_held``), so that the checks after it can run."""
 
     def acquire(self, blocking: bool = ..., /) -> bool: ...
     def release(self) -> None: ...
@@ -77,9 +79,16 @@ class FaultInjector:
                 f"fault_injector: exc must be an exception or an exception class, got {exc!r}"
             )
         owner = getattr(target, "__name__", type(target).__name__)
-        if not hasattr(target, name):
-            raise AttributeError(f"fault_injector: {owner} has no attribute {name!r} to fail")
-        original = getattr(target, name)
+        try:
+            original = getattr(target, name)
+        except AttributeError:
+            raise AttributeError(
+                f"fault_injector: {owner} has no attribute {name!r} to fail"
+            ) from None
+        except Exception as error:  # a property that raises
+            raise TypeError(
+                f"fault_injector: reading {owner}.{name} raised {type(error).__name__}: {error}"
+            ) from error
         if not callable(original):
             raise TypeError(
                 f"fault_injector: {owner}.{name} is not callable (a "
@@ -110,38 +119,10 @@ class FaultInjector:
         return fault
 
     def assert_lock_free(self, lock: LockLike, name: str | None = None) -> None:
-        """Assert ``lock`` (threading or multiprocessing) can be taken without waiting.
-
-        The attempt is made from another thread, so a re-entrant lock still held by this
-        thread counts as held.
-        """
-        if not all(callable(getattr(lock, method, None)) for method in ("acquire", "release")):
-            raise TypeError(
-                f"fault_injector: lock must be a lock with acquire() and release() (threading "
-                f"or multiprocessing), got {lock!r}"
-            )
+        """Assert ``lock`` can be taken without waiting (``lock_held``)."""
         if name is not None and not isinstance(name, str):
             raise TypeError(f"fault_injector: name must be a string or None, got {name!r}")
-        outcome: list[object] = []
-
-        def try_acquire() -> None:
-            try:
-                taken = lock.acquire(False)
-                if taken:
-                    lock.release()
-                outcome.append(bool(taken))
-            except Exception as error:  # reported from the caller's thread
-                outcome.append(error)
-
-        probe = threading.Thread(target=try_acquire, name="cudagraph-lock-probe")
-        probe.start()
-        probe.join()
-        if isinstance(outcome[0], Exception):
-            raise TypeError(
-                f"fault_injector: {lock!r} is not a lock that can be tried without waiting: "
-                f"acquire(False) raised {outcome[0]!r}"
-            ) from outcome[0]
-        if not outcome[0]:
+        if lock_held(lock):
             after = "; ".join(fault.describe() for fault in self.faults if fault.raised)
             raise AssertionError(
                 f"fault_injector: {name or repr(lock)} is still held"
@@ -167,6 +148,50 @@ class FaultInjector:
                 f"fault_injector: {len(errors)} patches could not be undone: "
                 + "; ".join(repr(error) for error in errors)
             ) from errors[0]
+
+
+def lock_held(lock: LockLike) -> bool:
+    """Whether ``lock`` (threading or multiprocessing) is held. The attempt to take it is made
+    from another thread, so a re-entrant lock held by this thread counts as held; TypeError for
+    what is not a lock, or one that cannot be tried without waiting."""
+    if not all(callable(getattr(lock, method, None)) for method in ("acquire", "release")):
+        raise TypeError(
+            f"fault_injector: lock must be a lock with acquire() and release() (threading "
+            f"or multiprocessing), got {lock!r}"
+        )
+    outcome: list[object] = []
+
+    def try_acquire() -> None:
+        try:
+            taken = lock.acquire(False)
+            if taken:
+                lock.release()
+            outcome.append(bool(taken))
+        except Exception as error:  # reported from the caller's thread
+            outcome.append(error)
+
+    probe = threading.Thread(target=try_acquire, name="cudagraph-lock-probe")
+    probe.start()
+    probe.join()
+    if isinstance(outcome[0], Exception):
+        raise TypeError(
+            f"fault_injector: {lock!r} is not a lock that can be tried without waiting: "
+            f"acquire(False) raised {outcome[0]!r}"
+        ) from outcome[0]
+    return not outcome[0]
+
+
+def release_held(lock: LockLike) -> None:
+    """Free ``lock`` while it is held: a plain lock with one release (any thread may), a
+    re-entrant one (an RLock, a Condition over one) with one release per level, by the thread
+    that holds it. RuntimeError when another thread holds it: only that thread can free it."""
+    while lock_held(lock):
+        try:
+            lock.release()
+        except (RuntimeError, AssertionError, ValueError) as error:  # not this thread's
+            raise RuntimeError(
+                f"{lock!r} is held by another thread, which alone can release it ({error})"
+            ) from None
 
 
 def _own_value(target: object, name: str) -> object:

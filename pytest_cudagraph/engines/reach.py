@@ -2,19 +2,27 @@
 
 A CUDA graph reads and writes the addresses it was captured on, so a tensor the code replaces
 (``self.cache = torch.zeros(...)``) instead of copying into leaves the graph on the old
-memory. ``reachable_tensors(root, name)`` walks what ``root`` holds: a function's closure, a
-bound method's object, ``functools.partial``'s parts, an object's attributes (its ``__dict__``
-and slots), a module's parameters, buffers and submodules, and mappings, lists and tuples; it
-stops at torch's and the standard library's own objects (graphs, streams, locks, compiled
-code), at classes and at Python modules. ``storages`` takes where each tensor's storage lies;
-``rebound(before, after)`` lists the paths whose storage moved. torch is imported when used.
+memory. ``reachable_tensors(root, name)`` walks what ``root`` holds: a function's closure and
+the module globals its code names, a bound method's object, ``functools.partial``'s parts, an
+object's attributes (its ``__dict__`` and slots), a module's parameters, buffers and
+submodules, mappings, lists, tuples, deques and sets, the results an ``lru_cache`` keeps and
+each thread's attributes of a ``threading.local``; it stops at torch's and the standard
+library's other objects (graphs, streams, locks, compiled code), at classes and at Python
+modules. ``storages`` takes where each tensor's storage lies; ``rebound(before, after)`` lists
+the paths whose storage moved. ``Alive`` holds the tensors alive at a moment (a capture's end).
+torch is imported when used.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
+import gc
+import inspect
 import sys
+import threading
 import types
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -77,6 +85,34 @@ def rebound(before: Mapping[str, int], after: Mapping[str, int]) -> list[Rebindi
     ]
 
 
+class Alive:
+    """The tensor objects alive at the moments ``record`` was called (weakly held: a tensor
+    freed since is not mistaken for a new one at its address)."""
+
+    def __init__(self, device: torch.device | None = None) -> None:
+        self.device = device
+        self._tensors: dict[int, weakref.ref[torch.Tensor]] = {}
+
+    def __len__(self) -> int:
+        return sum(ref() is not None for ref in self._tensors.values())
+
+    def record(self) -> None:
+        """Add every tensor alive now (on ``device`` when given), found by the garbage
+        collector: those no walk from the code reaches yet included (a capture's locals)."""
+        import torch
+
+        for value in gc.get_objects():
+            # By type alone: isinstance would read ``__class__``, which some objects compute.
+            if issubclass(type(value), torch.Tensor) and (
+                self.device is None or value.device == self.device
+            ):
+                self._tensors[id(value)] = weakref.ref(value)
+
+    def __contains__(self, tensor: object) -> bool:
+        ref = self._tensors.get(id(tensor))
+        return ref is not None and ref() is tensor
+
+
 class _Walk:
     """One walk: the tensors found, the objects entered (by id: each once)."""
 
@@ -107,14 +143,17 @@ def _children(value: object, path: str) -> Iterator[tuple[str, object]]:
 
     if isinstance(value, Mapping):
         yield from ((f"{path}[{key!r}]", item) for key, item in list(value.items()))
-    elif isinstance(value, (list, tuple)):
+    elif isinstance(value, (list, tuple, collections.deque)):
         yield from ((f"{path}[{index}]", item) for index, item in enumerate(list(value)))
+    elif isinstance(value, (set, frozenset)):
+        yield from ((f"{path}{{{index}}}", item) for index, item in enumerate(list(value)))
     elif isinstance(value, functools.partial):
         yield f"{path}.func", value.func
         yield from ((f"{path}.args[{index}]", item) for index, item in enumerate(value.args))
         yield from ((f"{path}.keywords[{key!r}]", item) for key, item in value.keywords.items())
     elif isinstance(value, types.MethodType):
         yield path, value.__self__  # a bound method's attributes read as its own
+        yield from _globals_named(value.__func__)
     elif isinstance(value, types.FunctionType):
         if _foreign(value.__module__):
             return
@@ -124,6 +163,13 @@ def _children(value: object, path: str) -> Iterator[tuple[str, object]]:
                 yield f"{path}.{variable}", cell.cell_contents
             except ValueError:  # a cell not filled yet
                 continue
+        yield from _globals_named(value)
+    elif _is_lru_cache(value):
+        yield f"{path}.__wrapped__", getattr(value, "__wrapped__", None)
+        yield from ((f"{path}(cached {index})", item) for index, item in _cached(value))
+    elif isinstance(value, threading.local):
+        for index, attributes in enumerate(_per_thread(value)):
+            yield from ((f"{path}[thread {index}].{a}", item) for a, item in attributes.items())
     elif isinstance(value, torch.nn.Module):
         for attribute, tensor in value.named_parameters(recurse=False):
             yield f"{path}.{attribute}", tensor
@@ -133,10 +179,64 @@ def _children(value: object, path: str) -> Iterator[tuple[str, object]]:
             yield f"{path}.{attribute}", module
         if not _foreign(type(value).__module__):  # a user's module: its own attributes too
             yield from _attributes(value, path, skip=_module_internals())
+            yield from _globals_named(type(value).forward)
     elif isinstance(value, (type, types.ModuleType)) or _foreign(type(value).__module__):
         return
     else:
         yield from _attributes(value, path, skip=frozenset())
+        yield from _globals_named(inspect.getattr_static(type(value), "__call__", None))
+
+
+def _globals_named(function: object) -> Iterator[tuple[str, object]]:
+    """The module globals ``function``'s code names (nested code included), each by its
+    module-qualified name; none for torch's or the standard library's code, or what is not a
+    Python function."""
+    if not isinstance(function, types.FunctionType) or _foreign(function.__module__):
+        return
+    names: set[str] = set()
+    codes = [function.__code__]
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes += [const for const in code.co_consts if isinstance(const, types.CodeType)]
+    found = function.__globals__
+    for name in sorted(names & found.keys()):
+        yield f"{function.__module__}.{name}", found[name]
+
+
+def _is_lru_cache(value: object) -> bool:
+    """Whether ``value`` is a user's function wrapped by ``functools.lru_cache`` (or
+    ``cache``)."""
+    wrapped = getattr(value, "__wrapped__", None)
+    return callable(getattr(value, "cache_info", None)) and not _foreign(
+        getattr(wrapped, "__module__", None)
+    )
+
+
+def _cached(wrapper: object) -> Iterator[tuple[int, object]]:
+    """The results (and arguments) an ``lru_cache`` keeps, which it shows only to the garbage
+    collector: an unbounded cache's dict, a bounded cache's entries."""
+    own = getattr(wrapper, "__dict__", None)
+    found: list[object] = []
+    for referent in gc.get_referents(wrapper):
+        if referent is own or isinstance(referent, (type, types.FunctionType)):
+            continue
+        found += list(referent.values()) if isinstance(referent, dict) else [referent]
+    yield from enumerate(found)
+
+
+def _per_thread(local: threading.local) -> list[dict[str, object]]:
+    """Each thread's attributes of a ``threading.local`` (``vars`` shows only this thread's):
+    the dicts it keeps per thread, keyed by a weak reference, which it shows only to the
+    garbage collector."""
+    for referent in gc.get_referents(local):
+        if (
+            isinstance(referent, dict)
+            and referent
+            and all(isinstance(key, weakref.ref) for key in referent)
+        ):
+            return [attributes for attributes in referent.values() if isinstance(attributes, dict)]
+    return [vars(local)]
 
 
 def _attributes(value: object, path: str, *, skip: frozenset[str]) -> Iterator[tuple[str, object]]:

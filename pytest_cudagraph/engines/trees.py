@@ -3,10 +3,11 @@
 What counts as a container is decided here once (``node``): mappings, sequences (tuples, named
 tuples, lists), dataclass instances and ``SimpleNamespace``. ``tensors`` yields each tensor with
 its path, ``snapshot`` copies a value so that later in-place writes cannot reach the copy,
-``cloned`` does the same keeping autograd, ``compared_elements`` says how much a comparison of
-the value compares, and ``unsupported`` names a leaf that cannot be compared. Every walk is
-bounded first (``check_bounds``): a value that holds itself, nests past ``MAX_DEPTH`` or holds
-more than ``MAX_ENTRIES`` entries is a ValueError naming where. torch is imported when used.
+``cloned`` does the same keeping autograd, ``with_tensor`` swaps one tensor for another,
+``compared_elements`` says how much a comparison of the value compares, and ``unsupported``
+names a leaf that cannot be compared. Every walk is bounded first (``check_bounds``): a value
+that holds itself, nests past ``MAX_DEPTH`` or holds more than ``MAX_ENTRIES`` entries is a
+ValueError naming where. torch is imported when used.
 """
 
 from __future__ import annotations
@@ -179,14 +180,22 @@ def snapshot(value: object, path: str = "value") -> object:
     same structure; TypeError naming the path of a leaf that cannot be compared, ValueError
     where no walk can finish the value (``check_bounds``)."""
     check_bounds(value, path)
-    return _rebuild(value, path, lambda tensor: tensor.detach().clone(), refuse=True)
+    return _rebuild(value, path, lambda _, tensor: tensor.detach().clone(), refuse=True)
 
 
 def cloned(value: Any) -> Any:
     """``value`` with every tensor cloned (autograd kept), in the same structure; other leaves
     are kept as they are."""
     check_bounds(value)
-    return _rebuild(value, "", lambda tensor: tensor.clone(), refuse=False)
+    return _rebuild(value, "", lambda _, tensor: tensor.clone(), refuse=False)
+
+
+def with_tensor(value: Any, path: str, tensor: torch.Tensor) -> Any:
+    """``value`` in the same structure, the tensor at ``path`` (as ``tensors`` names it)
+    replaced by ``tensor``, every other leaf kept as it is; KeyError for a path it lacks."""
+    if path not in {found for found, _ in tensors(value)}:
+        raise KeyError(f"no tensor at {path!r}")
+    return _rebuild(value, "", lambda at, old: tensor if at == path else old, refuse=False)
 
 
 def compared_elements(value: object, path: str = "value") -> int:
@@ -208,14 +217,14 @@ def compared_elements(value: object, path: str = "value") -> int:
 
 
 def _rebuild(
-    value: Any, path: str, copy_tensor: Callable[[torch.Tensor], torch.Tensor], refuse: bool
+    value: Any, path: str, copy_tensor: Callable[[str, torch.Tensor], torch.Tensor], refuse: bool
 ) -> Any:
     import torch
 
     if refuse and (why := unsupported(value)):
         raise TypeError(f"{path}: {why}")
     if isinstance(value, torch.Tensor):
-        return copy_tensor(value)
+        return copy_tensor(path or "input", value)
     container = node(value)
     if container is None:
         return value

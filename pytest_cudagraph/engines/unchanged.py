@@ -3,8 +3,10 @@
 ``Unchanged.keep(name, value)`` copies ``value`` (its tensors, in its structure) and holds the
 value itself; ``changes(after)`` compares every value held with its copy, all of them read with
 one synchronization, and returns what changed, each value once: at the first look that finds it
-changed, ``after`` naming what ran before that look. The inputs-unchanged check holds each
-call's inputs so, the replay-order check its canaries. torch is imported when used.
+changed, ``after`` naming what ran before that look. ``keep(name, value, expected)`` holds a
+value to what it must hold instead (what the eager side left in a copy of a call's inputs). The
+inputs-unchanged check holds each call's inputs so, the replay-order check its canaries. torch
+is imported when used.
 """
 
 from __future__ import annotations
@@ -41,20 +43,24 @@ class _Held:
 
 
 class Unchanged:
-    """Values held with their copies, compared on demand (see the module docstring)."""
+    """Values held with their copies, compared on demand (see the module docstring); a change
+    shows the copy and the value under ``sides``."""
 
-    def __init__(self) -> None:
+    def __init__(self, sides: tuple[str, str] = SIDES) -> None:
+        self.sides = sides
         self._held: list[_Held] = []
 
     def __len__(self) -> int:
         return len(self._held)
 
-    def keep(self, name: str, value: object) -> None:
-        """Hold ``value`` and a copy of it as it is now; TypeError naming a leaf that cannot be
+    def keep(self, name: str, value: object, expected: object = None) -> None:
+        """Hold ``value`` and a copy of what it must hold: ``expected`` where given (alike in
+        structure), else ``value`` as it is now. TypeError naming a leaf that cannot be
         compared (``trees.snapshot``) or a name that is not text, before anything is held."""
         if not isinstance(name, str):
             raise TypeError(f"name must be text, got {name!r}")
-        self._held.append(_Held(name, value, trees.snapshot(value, name)))
+        copy = trees.snapshot(value if expected is None else expected, name)
+        self._held.append(_Held(name, value, copy))
 
     def changes(self, after: str) -> list[Change]:
         """Each held value that differs from its copy and was not reported before."""
@@ -62,7 +68,7 @@ class Unchanged:
             raise TypeError(f"after must be text, got {after!r}")
         looked = [held for held in self._held if not held.changed]
         pending = [
-            pending_comparison(held.copy, held.value, path=held.name, sides=SIDES)
+            pending_comparison(held.copy, held.value, path=held.name, sides=self.sides)
             for held in looked
         ]
         found = []

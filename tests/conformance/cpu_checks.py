@@ -41,11 +41,13 @@ def cpu_target(**changes: object) -> CudaGraphTarget:
 
 def run(check: Callable[..., None], target: CudaGraphTarget, **fixtures: object) -> list[str]:
     """The check's figures; AssertionError (its verdict) propagates. A fixture the check asks
-    for and is not given is a stand-in."""
+    for and is not given is a stand-in (no factory for ``target_factory``)."""
     figures: list[str] = []
     wanted = inspect.signature(check).parameters
     if "capture_counter" in wanted:
         fixtures.setdefault("capture_counter", CaptureCounter(StandInGraph))
+    if "target_factory" in wanted:
+        fixtures.setdefault("target_factory", None)
     if "progress" in wanted:
         fixtures.setdefault("progress", lambda where: None)
     check(target, **fixtures, record_figure=figures.append)

@@ -66,8 +66,8 @@ def captured() -> StandInGraph:
 
 class StaticArguments:
     """make_graphed_callables' way with its arguments: the first tensors of each shape become
-    the graph's static inputs and later calls are copied into them; ``clone`` keeps copies of
-    them instead (as the graphed_callables adapter does)."""
+    the graph's static inputs (a stand-in graph captured then) and later calls are copied into
+    them; ``clone`` keeps copies of them instead (as the graphed_callables adapter does)."""
 
     def __init__(self, clone: bool) -> None:
         self.clone = clone
@@ -78,6 +78,7 @@ class StaticArguments:
         static = self.static.get(x.shape)
         if static is None:
             static = self.static[x.shape] = x.clone() if self.clone else x
+            captured().replay()
         elif static.data_ptr() != x.data_ptr():
             static.copy_(x)
         return static * 2
@@ -86,15 +87,16 @@ class StaticArguments:
 def test_inputs_unchanged_fails_a_graph_that_keeps_the_callers_first_tensors() -> None:
     check = test_16_inputs_unchanged.test_inputs_unchanged
     assert run(check, cpu_target(graphed=StaticArguments(clone=True))) == [
-        "9 calls over 3 keys: 9 input tensors compared after each later call"
+        "9 calls over 3 keys: 9 input tensors held to eager's effect after each later call; "
+        "3 capture(s) in this check"
     ]
     with pytest.raises(AssertionError) as failure:
         run(check, cpu_target(graphed=StaticArguments(clone=False)))
     lines = reported(failure)
-    assert lines[0] == "graphed calls changed the caller's inputs:"
+    assert lines[0] == "graphed calls left the caller's inputs other than eager leaves them:"
     assert re.fullmatch(
-        r"input 'x' of call 0 \(case 0, key 2\) at index \(0, 0\): was \S+, now \S+ .*; seen "
-        r"after call 3 \(case 3, key 2\)",
+        r"input 'x' of call 0 \(case 0, key 2\) at index \(0, 0\): eager left \S+, now \S+ "
+        r".*; seen after call 3 \(case 3, key 2\)",
         lines[1],
     ), lines[1]
     assert len(lines) == 1 + 3  # each key's first tensors, rewritten by the next round
@@ -402,9 +404,9 @@ def test_module_state_needs_two_sides_of_their_own() -> None:
 
 
 class StaticBuffers:
-    """A stand-in graph and a static buffer per key, filled before each replay. ``rebind``
-    replaces the buffer on every call instead of copying into it; ``recapture`` captures the key
-    again on every call, with a new buffer (a new graph's)."""
+    """A stand-in graph and a static buffer per key, made when the graph is captured and filled
+    before each replay. ``rebind`` replaces the buffer on every call instead of copying into
+    it; ``recapture`` captures the key again on every call, with a new buffer (a new graph's)."""
 
     def __init__(self, rebind: bool = False, recapture: bool = False) -> None:
         self.rebind, self.recapture = rebind, recapture
@@ -415,8 +417,11 @@ class StaticBuffers:
         x = inputs["x"]
         key = x.shape[0]
         if key not in self.graphs or self.recapture:
-            self.static[key] = torch.zeros_like(x)
-            self.graphs[key] = captured()
+            graph = self.graphs[key] = StandInGraph()
+            graph.capture_begin()
+            static = torch.zeros_like(x)  # alive at the capture's end, held from after it
+            graph.capture_end()
+            self.static[key] = static
         elif self.rebind:
             self.static[key] = torch.zeros_like(x)  # replaced, where copy_ was meant
         self.static[key].copy_(x)
@@ -427,15 +432,17 @@ class StaticBuffers:
 def test_no_rebound_tensors_names_a_buffer_replaced_between_replays() -> None:
     check = test_22_rebound_tensors.test_no_rebound_tensors
     assert run(check, cpu_target(graphed=StaticBuffers())) == [
-        "9 calls over 3 keys, 6 without a capture: 3 tensors held"
+        "9 calls over 3 keys, 6 without a capture: 3 tensors held, 3 of them alive at a "
+        "capture; 3 capture(s) in this check"
     ]
     assert run(check, cpu_target(graphed=StaticBuffers(recapture=True))) == [
-        "9 calls over 3 keys, 0 without a capture: 3 tensors held"
+        "9 calls over 3 keys, 0 without a capture: 3 tensors held, 3 of them alive at a "
+        "capture; 9 capture(s) in this check"
     ]
     with pytest.raises(AssertionError) as failure:
         run(check, cpu_target(graphed=StaticBuffers(rebind=True)))
     lines = reported(failure)
-    assert len(lines) == 1 + 6
+    assert len(lines) == 1 + 3  # each buffer a graph read; its replacements no graph reads
     assert re.fullmatch(
         r"call 3 \(case 3, key 2\): graphed.static\[2\] was rebound: its storage moved from 0x"
         r"[0-9a-f]+ to 0x[0-9a-f]+ \(a graph captured on the old storage keeps reading it\)",

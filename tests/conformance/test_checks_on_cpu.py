@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from cpu_checks import CPU, KEYS, cpu_target, double, run
-from graph_stand_ins import StandInGraph
+from graph_stand_ins import StandInGraph, StandInGraphs
 from torch import Tensor
 
 from pytest_cudagraph.conformance import (
@@ -48,6 +48,11 @@ from pytest_cudagraph.engines.units import MiB
 def sample(inputs: dict[str, Tensor]) -> Tensor:
     """Code that samples: noise from torch's global generator."""
     return inputs["x"] + torch.rand(inputs["x"].shape)
+
+
+def rows(inputs: dict[str, Tensor]) -> int:
+    """The key of a call of ``cpu_target``: the rows of x."""
+    return inputs["x"].shape[0]
 
 
 # Dry run and contract
@@ -127,7 +132,7 @@ def test_real_shapes_may_vary_inside_a_key_from_case_to_case_not_from_draw_to_dr
 
 
 def test_the_comparing_checks_seed_both_sides_alike_so_sampling_code_passes() -> None:
-    sampler = cpu_target(eager=sample, graphed=sample)
+    sampler = cpu_target(eager=sample, graphed=StandInGraphs(sample, rows))
     run(test_02_no_baked_inputs.test_no_baked_inputs, sampler)
     run(test_15_side_isolation.test_side_isolation, sampler)
     figures = run(test_10_concurrency.test_concurrency, sampler)

@@ -33,6 +33,7 @@ from pytest_cudagraph.conformance.judging import (
     graphed_call,
     graphed_path,
     in_step,
+    input_tensor_paths,
     judged,
     kept,
     keys_held,
@@ -68,6 +69,22 @@ def test_a_held_lock_is_reported_and_released() -> None:
     assert lock.acquire(blocking=False), "lock_was_held must release the lock it found held"
     lock.release()
     assert not lock_was_held(target_with_lock(None))
+
+
+def test_a_reentrant_lock_held_twice_by_this_thread_is_released_fully() -> None:
+    """Graph pools in the wild guard themselves with an RLock."""
+    lock = threading.RLock()
+    target = target_with_lock(lock)
+    assert not lock_was_held(target)
+    lock.acquire()
+    lock.acquire()
+    assert lock_was_held(target)
+    assert not lock_was_held(target)
+
+
+def test_input_tensors_nested_in_containers_are_named_by_their_paths() -> None:
+    inputs = {"x": torch.zeros(1), "extra": [torch.ones(1), 3], "rows": 2}
+    assert input_tensor_paths(inputs) == ["x", "extra[0]"]
 
 
 def test_tensors_are_found_in_nested_outputs() -> None:
@@ -205,10 +222,12 @@ def test_a_check_walks_no_more_keys_than_the_cache_holds(
 
 def test_calls_over_keys_take_each_held_key_in_turn_round_after_round() -> None:
     target = target_with_lock(threading.Lock())  # four keys: case c lands in key c % 4
-    calls = list(calls_over_keys(target, key_count=3, rounds=range(1, 3)))
+    calls = list(calls_over_keys(target, keys=3, rounds=range(1, 3)))
     # Calls count from 0 at the first round given; a round's cases are its keys' next ones.
     assert calls == [(0, 4), (1, 5), (2, 6), (3, 8), (4, 9), (5, 10)]
-    assert list(calls_over_keys(target, key_count=2, rounds=range(0))) == []
+    assert list(calls_over_keys(target, keys=2, rounds=range(0))) == []
+    # Or the keys by their numbers: the last key alone, over two rounds.
+    assert list(calls_over_keys(target, keys=[3], rounds=range(2))) == [(0, 3), (1, 7)]
 
 
 # Keeping a stateful target's two sides in step

@@ -34,20 +34,22 @@ from pytest_cudagraph.conformance.adapters import INDUCTOR_SKIP_LOGGER, input_sh
 from pytest_cudagraph.skips import needs_cuda
 
 CPU = torch.device("cpu")
-# The shapes of CUDA-graph code (each in at most 30 lines of target code), and the hand-written
-# cache the foreign target and its twins are made of.
+# The shapes of CUDA-graph code (each in at most 30 lines of target code), and the
+# hand-written cache the foreign target and its twins are made of.
 EXAMPLES = {
     "decode_step_target": "examples.decode_step_target:make_target",
     "decode_token_target": "examples.decode_token_target:make_target",
     "bucket_runner_target": "examples.bucket_runner_target:make_target",
     "graphed_layer_target": "examples.graphed_layer_target:make_target",
     "hand_written_target": "examples.hand_written_target:make_target",
+    "piecewise_runner_target": "examples.piecewise_runner_target:make_target",
 }
 SHAPES = (
     "decode_step_target",
     "decode_token_target",
     "bucket_runner_target",
     "graphed_layer_target",
+    "piecewise_runner_target",
 )
 MAX_LINES = 30
 FOREIGN = "foreign:make_target"
@@ -288,7 +290,18 @@ def test_the_adapters_say_which_modules_each_side_runs_on_unless_they_share_them
 def test_each_adapter_declares_the_lifetime_of_its_graphs_outputs() -> None:
     assert compiled(nn.Linear(2, 2), **mlp_fields()).output_lifetime == NEXT_CALL
     assert graphed_callables(nn.Linear(2, 2), **mlp_fields()).output_lifetime == NEXT_CALL_OF_KEY
-    assert compiled(nn.Linear(2, 2), **mlp_fields()).cache == Cache(capacity=1)
+    cache = compiled(nn.Linear(2, 2), **mlp_fields()).cache
+    assert cache is not None and cache.capacity == 1
+
+
+def test_compiled_names_the_static_inputs_of_cudagraph_trees_for_no_rebound_tensors() -> None:
+    """The module's parameters and buffers: every other input cudagraph trees copy."""
+    module = Counting()
+    cache = compiled(module, **mlp_fields()).cache
+    assert cache is not None and cache.static is not None
+    assert cache.static() == {"calls": module.calls}
+    function = compiled(lambda x: x * 2, **mlp_fields()).cache
+    assert function is not None and function.static is not None and function.static() == {}
 
 
 def test_the_default_key_is_each_input_tensors_shape_and_dtype() -> None:
@@ -380,6 +393,7 @@ MUST_PASS = {
     | {"concurrency", "graphs not skipped", "module state"},
     EXAMPLES["bucket_runner_target"]: ALL_CODE,
     EXAMPLES["graphed_layer_target"]: ALL_CODE | {"concurrency", "bounded memory"},
+    EXAMPLES["piecewise_runner_target"]: ALL_CODE,
 }
 # twin -> (the check meant for its fault, checks that must fail on one GPU, checks that may fail
 # too: those whose verdict on this twin the GPU runs have not settled yet).

@@ -5,8 +5,11 @@ refusal names ``Class.field``, the rule and the value."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import multiprocessing
 import threading
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -29,7 +32,7 @@ from pytest_cudagraph.conformance import (
     Trajectory,
     Workers,
 )
-from pytest_cudagraph.conformance.protocol import CAPABILITIES
+from pytest_cudagraph.conformance.protocol import CAPABILITIES, MAX_PADDED_ROWS
 from pytest_cudagraph.engines import compare
 
 CPU = torch.device("cpu")
@@ -273,3 +276,125 @@ def test_a_malformed_capability_is_refused_naming_its_field(
 ) -> None:
     with pytest.raises(error, match=message):
         make()  # type: ignore[operator]
+
+
+# What can be checked only when it is called: every result a callback returns
+
+
+@pytest.mark.parametrize("pattern", [".*", "|", "x*", "(needs)?"])
+def test_a_guard_regex_that_matches_the_empty_message_is_refused(pattern: str) -> None:
+    with pytest.raises(ValueError, match=r"Guards.modes\['m'\]: .* matches the empty message"):
+        Guards({"m": (lambda: None, pattern)})
+
+
+def test_padding_is_bounded_since_every_size_up_to_the_largest_is_called() -> None:
+    assert Padding(MAX_PADDED_ROWS, rows_of).largest == MAX_PADDED_ROWS
+    with pytest.raises(ValueError, match=r"Padding.largest must be at most 1024 .*, got 10000000"):
+        Padding(10**7, rows_of)
+
+
+@pytest.mark.parametrize(
+    "lock",
+    [threading.Lock(), threading.RLock(), threading.Condition(), multiprocessing.RLock()],
+    ids=["Lock", "RLock", "Condition", "multiprocessing.RLock"],
+)
+def test_every_lock_the_checks_can_try_from_another_thread_is_accepted(lock: object) -> None:
+    assert Cache(lock=lock).lock is lock  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (asyncio.Lock, r"Cache.lock is an asyncio lock \(asyncio.locks.Lock\), taken by awaiting"),
+        (threading.Semaphore, r"Cache.lock is a semaphore \(threading.Semaphore\): a count"),
+        (threading.BoundedSemaphore, r"Cache.lock is a semaphore \(threading.BoundedSemaphore\)"),
+        (multiprocessing.Semaphore, r"Cache.lock is a semaphore \(multiprocessing.synchronize"),
+    ],
+)
+def test_a_lock_that_cannot_be_checked_is_refused_by_name(
+    make: Callable[[], object], message: str
+) -> None:
+    with pytest.raises(TypeError, match=message):
+        Cache(lock=make())  # type: ignore[arg-type]
+
+
+def test_fault_points_whose_reading_raises_are_named() -> None:
+    class Unreadable(dict):
+        def items(self):  # type: ignore[override]
+            raise RuntimeError("not ready")
+
+    with pytest.raises(ValueError, match=r"Cache.fault_points: reading its entries raised"):
+        Cache(fault_points=Unreadable())
+
+
+@pytest.mark.parametrize(
+    ("make", "call", "message"),
+    [
+        (
+            lambda: Padding(4, lambda generator, rows: [rows]),
+            lambda padding: padding.make_inputs(torch.Generator(), 3),
+            r"Padding.make_inputs returned list \[3\]; it must return a dict of input name",
+        ),
+        (
+            lambda: Padding(4, rows_of, junk=lambda inputs: {"y": inputs["x"]}),
+            lambda padding: padding.junk({"x": torch.zeros(1)}),
+            r"Padding.junk returned inputs named \['y'\], not the call's \['x'\]",
+        ),
+        (
+            lambda: Padding(4, rows_of, junk=lambda inputs: None),
+            lambda padding: padding.junk({"x": torch.zeros(1)}),
+            r"Padding.junk returned NoneType None; it must return a dict",
+        ),
+        (
+            lambda: Trajectory(lambda inputs, output: (inputs, output)),
+            lambda trajectory: trajectory.next_inputs({}, 1),
+            r"Trajectory.next_inputs returned tuple \(\{\}, 1\); it must return a dict",
+        ),
+        (
+            lambda: Fallbacks(runs_eagerly=lambda inputs: torch.Size([4])),
+            lambda fallbacks: fallbacks.runs_eagerly({}),
+            r"Fallbacks.runs_eagerly returned Size torch.Size\(\[4\]\); it must return True or",
+        ),
+        (
+            lambda: Fallbacks(runs_eagerly=lambda inputs: "no"),
+            lambda fallbacks: fallbacks.runs_eagerly({}),
+            r"Fallbacks.runs_eagerly returned str 'no'; it must return True or False",
+        ),
+        (
+            lambda: Fallbacks(runs_eagerly=lambda inputs: [0]),
+            lambda fallbacks: fallbacks.runs_eagerly({}),
+            r"Fallbacks.runs_eagerly returned list \[0\]",
+        ),
+    ],
+)
+def test_a_callback_returning_the_wrong_thing_is_named_by_its_field(
+    make: Callable[[], object], call: Callable[[object], object], message: str
+) -> None:
+    with pytest.raises(TypeError, match=message):
+        call(make())
+
+
+def test_a_checked_callback_returns_what_the_callback_returns_and_compares_alike() -> None:
+    padding = Padding(4, rows_of)
+    assert set(padding.make_inputs(torch.Generator(), 2)) == {"x"}
+    assert padding == Padding(4, rows_of)
+    assert dataclasses.replace(padding).make_inputs == padding.make_inputs  # not wrapped twice
+    assert Fallbacks(runs_eagerly=lambda inputs: False).runs_eagerly is not None
+
+
+@pytest.mark.parametrize(
+    ("key_of", "message"),
+    [
+        (lambda inputs: inputs["x"].sum(), r"key_of returned a tensor \(Tensor tensor"),
+        (lambda inputs: object(), r"key_of gave two keys for the same inputs \(object <object"),
+        (lambda inputs: float("nan"), r"key_of returned float nan, which is not equal to itself"),
+        (lambda inputs: [3], r"key_of returned list \[3\], which cannot be a key: TypeError"),
+    ],
+)
+def test_a_key_that_no_call_could_find_again_is_named(
+    key_of: Callable[[object], object], message: str
+) -> None:
+    target = target_with(key_of=key_of)
+    with pytest.raises(TypeError, match=rf"CudaGraphTarget.{message}"):
+        target.key_of(target.make_inputs(torch.Generator(), 0))
+    assert target_with().key_of({"x": torch.zeros(3)}) == (3,)

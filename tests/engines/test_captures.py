@@ -235,3 +235,45 @@ def test_nested_keys_label_a_capture_with_the_innermost(graph_class: type) -> No
                 capture(graph_class())
             capture(graph_class())
     assert [c.key for c in counter.captures] == ["outer", "inner", "outer"]
+
+
+def test_a_call_labels_the_captures_of_any_thread_with_its_key_and_round(
+    graph_class: type,
+) -> None:
+    """Code that captures on a thread of its own (the compiled adapter's) is labelled too; a
+    thread's own key wins."""
+    with CaptureCounter(graph_class) as counter, counter.call("k", 1):
+        worker = threading.Thread(target=lambda: capture(graph_class()))
+        worker.start()
+        worker.join(5)
+        with counter.key("own"):
+            capture(graph_class())
+    assert [(c.key, c.round) for c in counter.captures] == [("k", 1), ("own", None)]
+
+
+def test_a_keys_graphs_of_one_round_are_one_capture_and_a_later_rounds_another(
+    graph_class: type,
+) -> None:
+    """A piecewise runner captures three graphs for a key in its first round; a key captured
+    in a second round is captured again."""
+    graphs = {key: [graph_class() for _ in range(3)] for key in ("a", "b")}
+    with CaptureCounter(graph_class) as counter:
+        for round_number in range(3):
+            for key, pieces in graphs.items():
+                with counter.call(key, round_number):
+                    for graph in pieces:
+                        if round_number == 0 or (key == "b" and graph is pieces[0]):
+                            capture(graph)
+                        graph.replay()
+    assert counter.captures_per_key() == {"a": 3, "b": 5}
+    assert counter.keys_captured_again() == {"b": 3}
+
+
+def test_after_capture_is_called_after_each_counted_capture(graph_class: type) -> None:
+    seen: list[int] = []
+    counter = CaptureCounter(graph_class, after_capture=lambda: seen.append(len(counter.captures)))
+    capture(graph_class())  # before the scope: not counted
+    with counter:
+        capture(graph_class())
+        capture(graph_class())
+    assert seen == [1, 2]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
 import types
+from collections.abc import Callable
 
 import pytest
 
-from pytest_cudagraph.engines.faults import FaultInjector
+from pytest_cudagraph.engines.faults import FaultInjector, LockLike, lock_held, release_held
 
 
 class Slotted:
@@ -196,8 +199,6 @@ def test_a_lock_that_cannot_be_tried_is_named() -> None:
 
 
 def test_assert_lock_free_name_must_be_text() -> None:
-    import threading
-
     with pytest.raises(TypeError, match="name must be a string or None, got 3"):
         FaultInjector().assert_lock_free(threading.Lock(), 3)  # type: ignore[arg-type]
 
@@ -212,3 +213,54 @@ def test_one_attribute_patched_twice_is_restored_fully_newest_patch_first() -> N
     injector.restore()
     assert target.load is original  # undoing the older patch first would leave the newer's
     assert target.load() == "loaded"
+
+
+def test_an_attribute_whose_reading_raises_is_named_before_patching() -> None:
+    class Faulty:
+        @property
+        def capture(self) -> object:
+            raise ValueError("not built yet")
+
+    with pytest.raises(TypeError, match=r"reading Faulty.capture raised ValueError: not built yet"):
+        FaultInjector().fail(Faulty(), "capture")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [threading.Lock, threading.RLock, threading.Condition, multiprocessing.RLock],
+    ids=["Lock", "RLock", "Condition", "multiprocessing.RLock"],
+)
+def test_a_lock_held_by_this_thread_is_freed_level_by_level(make: Callable[[], LockLike]) -> None:
+    lock = make()
+    assert not lock_held(lock)
+    lock.acquire()
+    if make is not threading.Lock:  # re-entrant: held twice
+        lock.acquire()
+    assert lock_held(lock)
+    release_held(lock)
+    assert not lock_held(lock)
+
+
+@pytest.mark.parametrize("make", [threading.RLock, threading.Condition], ids=["RLock", "Condition"])
+def test_a_reentrant_lock_held_by_another_thread_is_named_not_released(
+    make: Callable[[], LockLike],
+) -> None:
+    lock = make()
+    taken, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            taken.set()
+            done.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    taken.wait(5)
+    try:
+        with pytest.raises(RuntimeError, match=r"is held by another thread, which alone can"):
+            release_held(lock)
+        assert lock_held(lock)
+    finally:
+        done.set()
+        holder.join(5)
+    assert not lock_held(lock)

@@ -3,15 +3,17 @@ containers, by path; and a tensor replaced instead of copied into, named by its 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
+import gc
 import threading
 
 import torch
 from torch import nn
 
 from pytest_cudagraph.engines import reach
-from pytest_cudagraph.engines.reach import reachable_tensors, rebound, storages
+from pytest_cudagraph.engines.reach import Alive, reachable_tensors, rebound, storages
 
 
 @dataclasses.dataclass
@@ -137,3 +139,106 @@ def test_the_walk_enters_objects_down_to_max_depth_and_no_deeper() -> None:
 
 def test_a_path_gone_from_the_second_look_is_not_a_rebinding() -> None:
     assert rebound({"a": 1, "b": 2}, {"b": 2}) == []
+
+
+# Where a cache may keep its buffers beyond its own attributes
+
+STATIC = {"buffer": torch.zeros(2)}  # a module global the code names
+QUEUED = collections.deque([{"buffer": torch.zeros(2)}])
+
+
+class Box:
+    """An object that hashes by identity, as a cache's entry kept in a set does."""
+
+    def __init__(self) -> None:
+        self.x = torch.zeros(2)
+
+
+FROZEN = frozenset({Box()})
+PER_THREAD = threading.local()
+UNNAMED = torch.zeros(2)  # a global no walked code names
+
+
+@functools.cache
+def cached_buffers() -> dict[str, torch.Tensor]:
+    return {"buffer": torch.zeros(2)}
+
+
+def reads_globals(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    return STATIC["buffer"] + QUEUED[0]["buffer"] + cached_buffers()["buffer"] + PER_THREAD.x
+
+
+class CallsGlobals:
+    """A callable object whose call reads module globals."""
+
+    def __call__(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return STATIC["buffer"] + next(iter(FROZEN)).x
+
+
+class ReadsGlobal(nn.Module):
+    """A user's module whose forward reads a module global."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + STATIC["buffer"]
+
+
+def test_the_module_globals_the_code_names_are_walked_by_their_module_qualified_name() -> None:
+    PER_THREAD.x = torch.ones(2)
+    reads_globals({})  # fills the cache
+    found = reachable_tensors(reads_globals, "graphed").tensors
+    expected = {
+        f"{__name__}.PER_THREAD[thread 0].x": PER_THREAD.x,
+        f"{__name__}.QUEUED[0]['buffer']": QUEUED[0]["buffer"],
+        f"{__name__}.STATIC['buffer']": STATIC["buffer"],
+        f"{__name__}.cached_buffers(cached 0)['buffer']": cached_buffers()["buffer"],
+    }
+    assert sorted(found) == sorted(expected)
+    assert all(found[path] is tensor for path, tensor in expected.items())
+    assert set(reachable_tensors(CallsGlobals(), "graphed").tensors) == {
+        f"{__name__}.FROZEN{{0}}.x",
+        f"{__name__}.STATIC['buffer']",
+    }
+    assert set(reachable_tensors(ReadsGlobal(), "model").tensors) == {
+        f"{__name__}.STATIC['buffer']"
+    }
+
+
+def test_each_threads_attributes_of_a_threading_local_are_walked() -> None:
+    local = threading.local()
+    local.mine = torch.zeros(1)
+    started, done = threading.Event(), threading.Event()
+
+    def other_thread() -> None:
+        local.theirs = torch.ones(1)
+        started.set()
+        done.wait(5)
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    started.wait(5)
+    try:
+        found = reachable_tensors(local, "local").tensors
+    finally:
+        done.set()
+        worker.join(5)
+    assert sorted(found) == ["local[thread 0].mine", "local[thread 1].theirs"]
+
+
+def test_torchs_own_cached_functions_are_not_entered() -> None:
+    cached = functools.lru_cache(torch.nn.functional.relu)  # its module is torch's
+    cached(torch.zeros(1))
+    assert reachable_tensors(cached, "cached").tensors == {}
+
+
+def test_alive_holds_the_tensors_alive_when_it_recorded_and_no_later_ones() -> None:
+    alive = Alive(torch.device("cpu"))
+    before = torch.zeros(3)
+    alive.record()
+    after = torch.zeros(3)
+    assert before in alive and after not in alive
+    address = id(before)
+    del before
+    gc.collect()
+    reused = [torch.zeros(3) for _ in range(100)]  # an id freed may be reused: not a recorded one
+    assert not any(id(tensor) == address and tensor in alive for tensor in reused)
+    assert UNNAMED in alive and len(alive) >= 1

@@ -233,3 +233,14 @@ def test_a_numpy_array_is_refused() -> None:
     numpy = pytest.importorskip("numpy", reason="numpy is not installed here")
     with pytest.raises(TypeError, match=r"^value\[0\]: a numpy\.ndarray is not compared"):
         trees.snapshot([numpy.zeros(2)])
+
+
+def test_with_tensor_swaps_one_tensor_nested_or_not_and_keeps_every_other_leaf() -> None:
+    first, second, new = torch.zeros(1), torch.ones(1), torch.full((1,), 7.0)
+    inputs = {"x": first, "extra": [second, 3], "rows": 2}
+    swapped = trees.with_tensor(inputs, "extra[0]", new)
+    assert swapped["extra"][0] is new and swapped["x"] is first and swapped["rows"] == 2
+    assert inputs["extra"][0] is second  # the value given is not changed
+    assert trees.with_tensor(first, "input", new) is new
+    with pytest.raises(KeyError, match=r"no tensor at 'extra\[1\]'"):
+        trees.with_tensor(inputs, "extra[1]", new)

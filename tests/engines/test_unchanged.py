@@ -59,3 +59,15 @@ def test_bad_arguments_are_refused_before_anything_is_held() -> None:
     assert len(watch) == 0
     with pytest.raises(TypeError, match=r"after must be text"):
         watch.changes(after=None)  # type: ignore[arg-type]
+
+
+def test_a_value_held_to_what_it_must_hold_shows_both_under_the_given_sides() -> None:
+    """An input a step writes in place, held to what the eager side left in a copy of it."""
+    watch = Unchanged(sides=("eager left", "now"))
+    x = torch.zeros(2)
+    watch.keep("input 'x'", x, expected=torch.tensor([0.0, 5.0]))
+    x[1] = 5.0  # the graphed step wrote what eager wrote
+    assert watch.changes(after="call 0") == []
+    x[0] = 7.0  # a later call wrote into it
+    (change,) = watch.changes(after="call 1")
+    assert change.describe().startswith("input 'x' at index (0,): eager left 0, now 7 ")

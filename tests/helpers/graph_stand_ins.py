@@ -1,7 +1,10 @@
 """A stand-in of torch.cuda.CUDAGraph for the CPU tests of the checks: the same method names,
-so that the engines patching that class (CaptureCounter, GraphFaults) patch this one instead."""
+so that the engines patching that class (CaptureCounter, GraphFaults) patch this one instead;
+and a graphed side made of such graphs around any function."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Hashable
 
 
 class StandInGraph:
@@ -22,3 +25,24 @@ class StandInGraph:
 
     def reset(self) -> None:
         self.captured = False
+
+
+class StandInGraphs:
+    """``function`` behind stand-in graphs, one per key (``key_of(inputs)``), captured on the
+    key's first call and replayed by each call: the captures and replays a graph cache makes,
+    for the checks that count them (and witness their captures)."""
+
+    def __init__(
+        self, function: Callable[[dict[str, object]], object], key_of: Callable[..., Hashable]
+    ) -> None:
+        self.function, self.key_of = function, key_of
+        self.graphs: dict[Hashable, StandInGraph] = {}
+
+    def __call__(self, inputs: dict[str, object]) -> object:
+        key = self.key_of(inputs)
+        if key not in self.graphs:
+            graph = self.graphs[key] = StandInGraph()
+            graph.capture_begin()
+            graph.capture_end()
+        self.graphs[key].replay()
+        return self.function(inputs)

@@ -48,6 +48,7 @@ WINGS = {
     "pytest_cudagraph.conformance.judging": "judging",
     "pytest_cudagraph.conformance.catalog": "judging",
     "pytest_cudagraph.conformance.processes": "judging",
+    "pytest_cudagraph.conformance.witness": "judging",
     "pytest_cudagraph.conformance.suite": "suite plugin",
     "pytest_cudagraph.conformance.conftest": "suite plugin",
     "pytest_cudagraph.conformance.progress": "suite plugin",
