@@ -249,3 +249,9 @@ def test_the_old_module_still_lists_the_installed_targets() -> None:
         check=True,
     )
     assert "reasyn  reasyn_ref.targets.reference:make_target" in run.stdout
+
+
+def test_largest_case_0_names_the_first_key() -> None:
+    with one_deprecation("cache=Cache(largest_key=...)"):
+        target = CudaGraphTarget(device=CPU, eager=len, graphed=None, make_inputs=make_inputs, key_of=len, num_keys=3, largest_case=0)  # fmt: skip
+    assert target.cache == Cache(largest_key=0)
