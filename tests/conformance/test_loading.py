@@ -392,7 +392,7 @@ def raising(error: Exception) -> Callable[[object], object]:
     ("changes", "problem"),
     [
         (
-            {"draw": lambda generator, case: [torch.zeros(3)]},
+            {"draw": lambda generator, case: ["x"]},  # names alone are no inputs
             "draw(generator, case 0) returned list; it must return a dict of input name -> value",
         ),
         (
@@ -415,3 +415,9 @@ def test_case_0_is_drawn_and_keyed_when_the_target_is_validated(
     with pytest.raises(TargetError) as refused:
         loading.validate_target("mine:make", minimal_target(**changes), CPU)
     assert str(refused.value) == f"conformance target 'mine:make': {problem}"
+
+
+def test_a_title_names_the_spec_or_says_none_is_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert loading.describe_spec("mine:make") == "mine:make"
+    fake_installed(monkeypatch, {})
+    assert loading.describe_spec(None) == "no target chosen"
