@@ -181,6 +181,7 @@ class Zygote:
     bytecode is written (a mutated file may keep its size and mtime second)."""
 
     def __init__(self, tree: Path, preload: Sequence[str]) -> None:
+        self.tree = tree
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]),
@@ -197,7 +198,7 @@ class Zygote:
             text=True,
         )
 
-    def pytest(self, tests: Sequence[str]) -> tuple[int | None, str]:
+    def run_tests(self, tests: Sequence[str]) -> tuple[int | None, str]:
         """pytest's exit status on ``tests`` (None: it ran past TIMEOUT_S) and its output."""
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(json.dumps(list(tests)) + "\n")
@@ -256,11 +257,13 @@ def waited(child: int) -> int | None:
         time.sleep(0.02)
 
 
-def try_mutant(mutant: Mutant, tree: Path, zygote: Zygote) -> Outcome:
-    """Apply ``mutant`` in ``tree``, run its tests, put the file back (an equivalent mutant
-    is only matched against its function)."""
-    path = tree / mutant.path
-    original = path.read_text() if path.is_file() else ""
+def try_mutant(mutant: Mutant, zygote: Zygote) -> Outcome:
+    """Apply ``mutant`` in the zygote's tree, run its tests, put the file back (an equivalent
+    mutant is only matched against its function)."""
+    path = zygote.tree / mutant.path
+    if not path.is_file():
+        return Outcome(mutant, "error", 0.0, f"{mutant.name}: there is no file {mutant.path}")
+    original = path.read_text()
     try:
         mutated = mutant.apply(original)
     except ValueError as error:
@@ -270,7 +273,7 @@ def try_mutant(mutant: Mutant, tree: Path, zygote: Zygote) -> Outcome:
     start = time.perf_counter()
     try:
         path.write_text(mutated)
-        status, output = zygote.pytest(mutant.tests)
+        status, output = zygote.run_tests(mutant.tests)
     finally:
         path.write_text(original)
     seconds = time.perf_counter() - start
@@ -293,31 +296,31 @@ def run(
     """Every mutant tried in one of ``jobs`` scratch copies of ``root``; a mutant whose tests
     fail on the unchanged tree is an error, not a kill."""
     with tempfile.TemporaryDirectory(prefix="mutants-") as scratch:
-        trees: Queue[tuple[Path, Zygote]] = Queue()
+        zygotes: Queue[Zygote] = Queue()
         for number in range(max(1, jobs)):
-            tree = scratch_copy(root, Path(scratch) / str(number))
-            trees.put((tree, Zygote(tree, preload)))
+            zygotes.put(Zygote(scratch_copy(root, Path(scratch) / str(number)), preload))
         try:
-            first = trees.get()
+            first = zygotes.get()
             selected = sorted({t for m in mutants if not m.equivalent for t in m.tests})
-            status, output = first[1].pytest(selected) if selected else (0, "")
-            trees.put(first)
+            status, output = first.run_tests(selected) if selected else (0, "")
+            zygotes.put(first)
             if status != 0:
-                detail = f"the tests fail without any mutant: {tail(output)}"
+                failed = "run past the timeout" if status is None else "fail"
+                detail = f"the tests {failed} without any mutant: {tail(output)}"
                 return [Outcome(mutant, "error", 0.0, detail) for mutant in mutants]
 
             def one(mutant: Mutant) -> Outcome:
-                tree, zygote = trees.get()
+                zygote = zygotes.get()
                 try:
-                    return try_mutant(mutant, tree, zygote)
+                    return try_mutant(mutant, zygote)
                 finally:
-                    trees.put((tree, zygote))
+                    zygotes.put(zygote)
 
             with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
                 return list(pool.map(one, mutants))
         finally:
-            while not trees.empty():
-                trees.get()[1].close()
+            while not zygotes.empty():
+                zygotes.get().close()
 
 
 def summary(outcomes: Iterable[Outcome]) -> tuple[list[str], bool]:

@@ -150,6 +150,7 @@ def test_the_runner_tells_killed_survived_and_stale_mutants_apart(mutants, tmp_p
             mutants.Mutant("add subtracts", "calc.py::add", "a + b", "a - b", ("test_calc.py",)),
             mutants.Mutant("sub adds", "calc.py::sub", "a - b", "a + b", ("test_calc.py",)),
             mutants.Mutant("stale", "calc.py::add", "a * b", "a", ("test_calc.py",)),
+            mutants.Mutant("moved", "gone.py::add", "a + b", "a", ("test_calc.py",)),
         ],
         root=tree,
         jobs=2,
@@ -159,11 +160,13 @@ def test_the_runner_tells_killed_survived_and_stale_mutants_apart(mutants, tmp_p
         ("add subtracts", "killed"),
         ("sub adds", "survived"),
         ("stale", "error"),
+        ("moved", "error"),
     ]
+    assert found[3].detail == "moved: there is no file gone.py"
     assert (tree / "calc.py").read_text().count("return a + b") == 1, "the tree itself is untouched"
     lines, all_killed = mutants.summary(found)
     assert not all_killed
-    assert lines[-1] == "1 of 3 mutants killed (33.3%)"
+    assert lines[-1] == "1 of 4 mutants killed (25.0%)"
     assert lines[1].startswith("survived") and lines[1].endswith("calc.py::sub: sub adds")
 
 
