@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -23,14 +24,19 @@ from pytest_cudagraph.conformance import (
     SERIAL,
     SINGLE,
     Cache,
+    CaptureClean,
     Case,
     CudaGraphTarget,
     Guards,
+    Sampling,
     Tolerance,
     test_00_target,
     test_01_parity,
     test_02_no_baked_inputs,
     test_03_owned_outputs,
+    test_04_identical_sampling,
+    test_05_capture_clean,
+    test_06_device_binding,
     test_07_guards,
     test_08_lock_safety,
     test_09_bounded_memory,
@@ -479,3 +485,254 @@ def test_the_docs_give_the_checks_own_numbers() -> None:
         f"on each of up to {test_15_side_isolation.KEYS} keys",
     ):
         assert phrase in docs, phrase
+
+
+# Checks whose verdict comes from one assertion over what they gathered: each called on CPU
+# targets right and wrong, so that a verdict turned into a no-op fails here.
+
+
+def test_identical_sampling_fails_a_sampler_whose_tokens_change_with_graphs_on() -> None:
+    def sampler(differs_at: int) -> Sampling:
+        return Sampling(lambda seed, graphs: torch.tensor([seed, seed * graphs * differs_at]))
+
+    figures = run(
+        test_04_identical_sampling.test_identical_sampling, cpu_target(sampling=sampler(0))
+    )
+    assert figures == ["graphs off vs on, seeds 0, 1: 4 tokens per side"]
+    with pytest.raises(AssertionError, match=r"sampled tokens differ:\n.*seed\[1\]"):
+        run(test_04_identical_sampling.test_identical_sampling, cpu_target(sampling=sampler(1)))
+
+
+def test_capture_clean_runs_the_forward_once_before_and_once_under_no_host_sync() -> None:
+    calls: list[str] = []
+    target = cpu_target(capture_clean=CaptureClean(lambda: calls.append("forward")))
+    forward = test_05_capture_clean.forward.__wrapped__(target)
+    assert calls == ["forward"], "first use is paid before the check"
+    figures: list[str] = []
+    test_05_capture_clean.test_capture_clean_forward(forward, figures.append)
+    assert calls == ["forward", "forward"]
+    assert figures == ["one eager forward at the largest key, in sync debug mode 'error'"]
+    marks = [mark.name for mark in test_05_capture_clean.test_capture_clean_forward.pytestmark]
+    assert "no_host_sync" in marks, "the marker is what judges the forward"
+
+
+def device_binding(monkeypatch: pytest.MonkeyPatch, **probed: object) -> list[str]:
+    """The device-binding check on what its fresh-process probe found: a clean run, then
+    ``probed``."""
+    found = {
+        "calls": 8,
+        "keys": 4,
+        "problems": [],
+        "current_after": 0,
+        "torch_reserved_on_current": 0,
+        "nvml_on_current": (None, None),
+        "nvml_on_target": 300 * MiB,
+        **probed,
+    }
+    check = test_06_device_binding
+    monkeypatch.setattr(check, "chosen_target_spec", lambda config: "mine:make")
+    monkeypatch.setattr(check, "run_in_fresh_process", lambda probe, spec, cases, timeout: found)
+    figures: list[str] = []
+    check.test_device_binding(SimpleNamespace(config=None), figures.append)  # type: ignore[arg-type]
+    return figures
+
+
+@pytest.mark.parametrize(
+    ("probed", "problem"),
+    [
+        ({"problems": ["case 1 (replay): output differs"]}, "case 1 \\(replay\\): output differs"),
+        ({"current_after": 1}, "cuda:1 was left current instead of cuda:0"),
+        ({"torch_reserved_on_current": 2 * MiB}, "torch reserved 2.0 MiB on cuda:0"),
+        ({"nvml_on_current": (None, 300 * MiB)}, "a CUDA context appeared on cuda:0"),
+        ({"nvml_on_current": (100 * MiB, 101 * MiB)}, "memory on cuda:0 grew by 1 MiB"),
+    ],
+)
+def test_device_binding_fails_each_trace_left_on_the_current_device(
+    monkeypatch: pytest.MonkeyPatch, probed: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(AssertionError, match=problem):
+        device_binding(monkeypatch, **probed)
+
+
+def test_device_binding_passes_a_clean_run_and_skips_where_nvml_cannot_see(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert device_binding(monkeypatch, nvml_on_current=(100 * MiB, 100 * MiB + MiB - 1)) == [
+        "8 calls over 4 keys on cuda:1 with cuda:0 current",
+        "8 calls over 4 keys on cuda:1 with cuda:0 current: max |diff| 0, no context on cuda:0",
+    ]
+    with pytest.raises(pytest.skip.Exception, match="NVML cannot see this process's contexts"):
+        device_binding(monkeypatch, nvml_on_target="NVML unavailable: no driver")
+
+
+class Unrecovered(StandInCache):
+    """A cache that goes on after a failed capture and answers wrong from then on (``now``:
+    the faulted call too, answered instead of raising); ``missing``: a key it fails on by
+    itself, fault or none."""
+
+    def __init__(self, now: bool = False, missing: int | None = None) -> None:
+        super().__init__()
+        self.broken, self.now, self.missing = False, now, missing
+
+    def run(self, key: int, inputs: dict[str, Tensor]) -> Tensor:
+        if key == self.missing:
+            raise KeyError(f"no bucket for {key}")
+        try:
+            output = super().run(key, inputs)
+        except test_08_lock_safety.InjectedFault:
+            self.broken = True
+            if not self.now:
+                raise
+            return inputs["x"] * 3
+        return output * 3 if self.broken else output
+
+
+@pytest.mark.parametrize(
+    ("cache", "problem"),
+    [
+        (Unrecovered(), "capture_begin: next call: output at index"),
+        (Unrecovered(now=True), "capture_begin: recovered call: output at index"),
+        (Unrecovered(missing=KEYS[0]), "capture_begin: a call raised before the fault: KeyError"),
+    ],
+)
+def test_lock_safety_fails_a_wrong_answer_after_the_fault(
+    cache: StandInCache, problem: str
+) -> None:
+    with pytest.raises(AssertionError, match=problem):
+        lock_safety(cache_target(cache))
+
+
+class OwnStages:
+    """Code with fault points of its own: ``warm_up`` and ``capture`` once per key, ``replay``
+    on every call; ``skips`` names a stage it never calls."""
+
+    def __init__(self, skips: str = "") -> None:
+        self.built: set[int] = set()
+        self.skips = skips
+
+    def warm_up(self) -> None:
+        pass
+
+    def capture(self) -> None:
+        pass
+
+    def replay(self) -> None:
+        pass
+
+    def __call__(self, inputs: dict[str, Tensor]) -> Tensor:
+        key = inputs["x"].shape[0]
+        for stage in ("warm_up", "capture") if key not in self.built else ():
+            if stage != self.skips:
+                getattr(self, stage)()
+        self.built.add(key)
+        self.replay()
+        return double(inputs)
+
+
+def own_stages(code: OwnStages) -> list[str]:
+    points = {stage: (code, stage) for stage in ("warm_up", "capture", "replay")}
+    target = cpu_target(graphed=code, cache=Cache(fault_points=points, reset=code.built.clear))
+    return lock_safety(target)
+
+
+def test_lock_safety_injects_at_the_targets_own_stages_and_fails_one_never_reached() -> None:
+    assert own_stages(OwnStages()) == ["faults at warm_up, capture, replay: next call checked"]
+    with pytest.raises(AssertionError, match=r"capture: never called in 9 calls"):
+        own_stages(OwnStages(skips="capture"))
+
+
+class BoundedCache:
+    """``capacity`` graphs of 300 MiB each on the counted memory, the oldest evicted when the
+    next is built (so it holds ``capacity + 1`` until then); ``leak`` left per graph built and
+    ``kept`` by each ``reset()``."""
+
+    GRAPH = 300 * MiB
+
+    def __init__(self, capacity: int, leak: int = 0, kept: int = 0) -> None:
+        self.memory, self.capacity, self.leak, self.kept = CountedMemory(), capacity, leak, kept
+        self.graphs: list[int] = []
+
+    def __call__(self, inputs: dict[str, Tensor]) -> Tensor:
+        key = inputs["x"].shape[0]
+        if key not in self.graphs:
+            if len(self.graphs) > self.capacity:
+                self.graphs.pop(0)
+                self.memory.bytes -= self.GRAPH
+            self.graphs.append(key)
+            self.memory.bytes += self.GRAPH + self.leak
+        return double(inputs)
+
+    def reset(self) -> None:
+        self.memory.bytes -= self.GRAPH * len(self.graphs) - self.kept
+        self.graphs.clear()
+
+
+def bounded_memory(cache: BoundedCache) -> list[str]:
+    """The check's figures (it records its figures with values too, so it is called here)."""
+    target = cpu_target(
+        graphed=cache,
+        cache=Cache(reset=cache.reset, capacity=cache.capacity, largest_key=KEYS[-1]),
+    )
+    figures: list[str] = []
+    test_09_bounded_memory.test_bounded_memory(
+        target,
+        cache.memory,  # type: ignore[arg-type]
+        lambda figure, **values: figures.append(figure),
+        lambda where: None,
+    )
+    return figures
+
+
+def test_bounded_memory_allows_one_graph_past_the_capacity_and_no_more() -> None:
+    figures = bounded_memory(BoundedCache(capacity=1))
+    assert figures[0].startswith(
+        "24 calls over 3 keys, capacity 1: peak +600 MiB of bound 856 MiB (largest graph 300 MiB)"
+    )
+    with pytest.raises(AssertionError, match=r"memory grew to .* past the bound of"):
+        bounded_memory(BoundedCache(capacity=1, leak=50 * MiB))
+    with pytest.raises(AssertionError, match=r"after reset\(\) the process still holds \+300 MiB"):
+        bounded_memory(BoundedCache(capacity=1, kept=150 * MiB))
+
+
+def test_memory_over_a_long_run_allows_the_slack_and_the_captures_the_capacity_needs() -> None:
+    memory = CountedMemory()
+    cache = MemoryCache(memory, capacity=3)
+
+    def leaking(inputs: dict[str, Tensor]) -> Tensor:
+        if inputs["x"].shape[0] == KEYS[0]:  # twice in the judged rounds: the whole slack
+            memory.bytes += 128 * MiB
+        return cache(inputs)
+
+    figures = run(
+        test_09_bounded_memory.test_memory_over_a_long_run,
+        cpu_target(graphed=leaking),
+        device_memory=memory,
+    )
+    assert "peak +256 MiB of 256 MiB" in figures[0]
+    figures = run(
+        test_09_bounded_memory.test_memory_over_a_long_run,
+        cpu_target(graphed=PinnedCache(capacity=2), cache=Cache(capacity=2)),
+        device_memory=CountedMemory(),
+    )
+    assert "1 captures per round, capacity 2" in figures[0]
+
+
+class PinnedCache:
+    """Keeps the graphs of its first ``capacity`` keys for good and captures any other key
+    afresh at each call: the fewest captures a cache of that capacity can make."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.graphs: dict[int, StandInGraph] = {}
+
+    def __call__(self, inputs: dict[str, Tensor]) -> Tensor:
+        key = inputs["x"].shape[0]
+        graph = self.graphs.get(key)
+        if graph is None:
+            graph = StandInGraph()
+            graph.capture_begin()
+            graph.capture_end()
+            if len(self.graphs) < self.capacity:
+                self.graphs[key] = graph
+        graph.replay()
+        return double(inputs)

@@ -28,11 +28,13 @@ from pytest_cudagraph.conformance.judging import (
     calls_over_keys,
     checked_sides,
     differences,
+    draw,
     draws_random_numbers,
     eager_call,
     graphed_call,
     graphed_path,
     in_step,
+    input_tensor_names,
     input_tensor_paths,
     judged,
     kept,
@@ -429,3 +431,32 @@ def test_the_states_tolerance_is_the_loosest_of_the_parts() -> None:
     )
     assert state_tolerance(target) == Tolerance(atol=1e-3, rtol=1e-2)
     assert state_tolerance(stateful_target(Slots(), Slots())) == Tolerance()
+
+
+def test_a_call_draws_its_case_from_its_seed() -> None:
+    target = sampling_target(keys=[2, 3], draw=lambda g, case: {"x": torch.randn(case.key, generator=g)})  # fmt: skip
+    assert torch.equal(draw(target, 1, seed=5)["x"], draw(target, 1, seed=5)["x"])
+    assert not torch.equal(draw(target, 1, seed=5)["x"], draw(target, 1, seed=6)["x"])
+    assert draw(target, 1, seed=5)["x"].shape == (3,)
+
+
+def test_each_side_is_judged_on_fresh_inputs_of_its_own() -> None:
+    """A call that doubles its input in place: the graphed side must not get what eager left."""
+
+    def doubled(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return inputs["x"].mul_(2).clone()
+
+    target = sampling_target(eager=doubled, graphed=doubled)
+    assert judged(target, lambda: {"x": torch.ones(4)}, 0) == []
+
+
+def test_the_real_part_of_a_tuple_is_a_tuple() -> None:
+    target = sampling_target(real_part=lambda inputs: slice(0, 1))
+    assert isinstance(real(target, {}, (torch.zeros(2), torch.ones(2))), tuple)
+
+
+def test_the_input_tensors_are_named_and_plain_values_left_out() -> None:
+    assert input_tensor_names({"x": torch.zeros(1), "rows": 3, "mask": torch.ones(1)}) == [
+        "x",
+        "mask",
+    ]

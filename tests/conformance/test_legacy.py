@@ -249,3 +249,59 @@ def test_the_old_module_still_lists_the_installed_targets() -> None:
         check=True,
     )
     assert "reasyn  reasyn_ref.targets.reference:make_target" in run.stdout
+
+
+def test_largest_case_0_names_the_first_key() -> None:
+    with one_deprecation("cache=Cache(largest_key=...)"):
+        target = CudaGraphTarget(device=CPU, eager=len, graphed=None, make_inputs=make_inputs, key_of=len, num_keys=3, largest_case=0)  # fmt: skip
+    assert target.cache == Cache(largest_key=0)
+
+
+@pytest.mark.parametrize(
+    ("given", "error", "message"),
+    [
+        ({"make_inputs": make_inputs, "num_keys": True}, ValueError, "num_keys must be an int >= 1, got True"),
+        ({"make_inputs": 3, "num_keys": 2}, TypeError, "make_inputs must be callable, got int"),
+        ({"make_inputs": make_inputs, "num_keys": 2, "largest_case": True}, ValueError, "largest_case must be an int >= 0, got True"),
+        ({"draw": len, "largest_case": 0}, TypeError, r"largest_case needs keys \(or num_keys\)"),
+    ],
+)  # fmt: skip
+def test_more_old_forms_that_do_not_hold_together_are_named(
+    given: dict[str, object], error: type[Exception], message: str
+) -> None:
+    fields: dict[str, object] = dict(device=CPU, eager=len, graphed=None, key_of=len)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with pytest.raises(error, match=message):
+            CudaGraphTarget(**fields, **given)
+
+
+def test_an_old_field_given_as_none_gives_no_capability() -> None:
+    with one_deprecation("sampler"):
+        target = CudaGraphTarget(device=CPU, eager=len, graphed=None, keys=[1], draw=lambda g, c: {}, key_of=len, sampler=None)  # fmt: skip
+    assert target.sampling is None
+
+
+def test_make_inputs_gets_the_case_number_not_its_key() -> None:
+    numbers: list[int] = []
+
+    def recorded(generator: torch.Generator, number: int) -> dict[str, torch.Tensor]:
+        numbers.append(number)
+        return make_inputs(generator, number)
+
+    with one_deprecation("make_inputs"):
+        target = CudaGraphTarget(device=CPU, eager=len, graphed=None, make_inputs=recorded, key_of=len, num_keys=3)  # fmt: skip
+    target.make_inputs(torch.Generator(), 4)
+    assert numbers == [4]
+
+
+def test_a_draw_named_for_the_key_gets_the_key_even_where_a_case_would_do() -> None:
+    given: list[object] = []
+
+    def draw(generator: torch.Generator, key: object) -> dict[str, torch.Tensor]:
+        given.append(key)
+        return {"x": torch.zeros(2)}
+
+    with one_deprecation("draw(generator, key)"):
+        validate_target("mine:make", keyed_target(draw), CPU)
+    assert given == [(2,)]

@@ -379,3 +379,45 @@ def test_the_factory_traceback_names_the_users_file_and_line_when_asked(
     # From the factory's own frame on, but with --full-trace from the call that made it too.
     shows_the_call = "in build_target" in result.stdout.str()
     assert shows_the_call == (asked == ["--full-trace"])
+
+
+def raising(error: Exception) -> Callable[[object], object]:
+    def call(inputs: object) -> object:
+        raise error
+
+    return call
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        (
+            {"draw": lambda generator, case: ["x"]},  # names alone are no inputs
+            "draw(generator, case 0) returned list; it must return a dict of input name -> value",
+        ),
+        (
+            {"draw": lambda generator, case: {0: torch.zeros(3)}},
+            "draw(generator, case 0) returned dict; it must return a dict of input name -> value",
+        ),
+        (
+            {"key_of": lambda inputs: [3]},
+            "key_of(case 0's inputs) returned an unhashable list: [3]",
+        ),
+        (
+            {"key_of": raising(IndexError("no dim 2\nsecond line"))},
+            "key_of(case 0's inputs) raised IndexError: no dim 2",
+        ),
+    ],
+)
+def test_case_0_is_drawn_and_keyed_when_the_target_is_validated(
+    changes: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(TargetError) as refused:
+        loading.validate_target("mine:make", minimal_target(**changes), CPU)
+    assert str(refused.value) == f"conformance target 'mine:make': {problem}"
+
+
+def test_a_title_names_the_spec_or_says_none_is_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert loading.describe_spec("mine:make") == "mine:make"
+    fake_installed(monkeypatch, {})
+    assert loading.describe_spec(None) == "no target chosen"

@@ -398,3 +398,55 @@ def test_a_key_that_no_call_could_find_again_is_named(
     with pytest.raises(TypeError, match=rf"CudaGraphTarget.{message}"):
         target.key_of(target.make_inputs(torch.Generator(), 0))
     assert target_with().key_of({"x": torch.zeros(3)}) == (3,)
+
+
+class AcquireOnly:
+    def acquire(self) -> bool:
+        return True
+
+
+class Unbuilt:
+    @property
+    def capture(self) -> object:
+        raise RuntimeError("not built yet")
+
+
+def fault_points(point: tuple[object, object]) -> dict[str, tuple[object, object]]:
+    return dict.fromkeys(("warm_up", "capture", "replay"), point)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (
+            lambda: Cache(lock=AcquireOnly()),
+            TypeError,
+            r"Cache.lock must have acquire\(\) and release\(\), got AcquireOnly",
+        ),
+        (
+            lambda: Cache(fault_points=fault_points((Unbuilt(), 3))),
+            TypeError,
+            r"Cache.fault_points\['warm_up'\] must be \(object, method name\), got \(<",
+        ),
+        (
+            lambda: Cache(fault_points=fault_points((Unbuilt(), "capture"))),
+            ValueError,
+            r"reading Unbuilt.capture raised RuntimeError: not built yet",
+        ),
+        (
+            lambda: Guards({"m": (lambda: None, "")}),
+            TypeError,
+            r"Guards.modes\['m'\] must be \(zero-arg callable, regex\)",
+        ),
+        (
+            lambda: Guards({"m": (lambda: None, "x")}, (ValueError, KeyboardInterrupt)),
+            TypeError,
+            r"Guards.refusal_errors must be a non-empty tuple of exception classes",
+        ),
+    ],
+)
+def test_a_capability_field_is_checked_in_each_of_its_parts(
+    make: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        make()  # type: ignore[operator]
