@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pytest_cudagraph import results
-from pytest_cudagraph.conformance import suite
+from pytest_cudagraph.conformance import loading, suite
 from pytest_cudagraph.conformance.judging import lock_was_held
 from pytest_cudagraph.conformance.progress import CheckProgress, check_progress
 from pytest_cudagraph.conformance.protocol import CudaGraphTarget
@@ -68,6 +68,20 @@ def record_figure(request: pytest.FixtureRequest) -> suite.FigureRecorder:
     """Record the figure behind this check's verdict for the table: its text, and the numbers
     behind it by name (``record_figure(text, peak_mib=...)``), which scripts read."""
     return functools.partial(suite.record_figure, request.node)
+
+
+@pytest.fixture
+def record_account(request: pytest.FixtureRequest) -> suite.AccountRecorder:
+    """Record which of the user's code ran and what the target lacks for the checks that need
+    CUDA, for the account a run without CUDA ends with."""
+    return functools.partial(suite.record_account, request.node)
+
+
+@pytest.fixture
+def explain(request: pytest.FixtureRequest) -> suite.ErrorExplainer:
+    """An error in the user's code as the session asked to see it: its whole message and the
+    user's own frames (every frame under --tb=long, --tb=native, --full-trace)."""
+    return functools.partial(loading.explained, frames=suite.frames_asked(request.config))
 
 
 @pytest.fixture
