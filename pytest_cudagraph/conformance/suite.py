@@ -280,16 +280,18 @@ def cpu_account(skipped: Sequence[CheckRow], account: Mapping[str, Any] | None) 
     if account is None:
         return [*lines, "The dry run did not run: none of your code was called."]
     ran = list(account["ran"])
+    listed = ", ".join(ran[:-1]) + f" and {ran[-1]}" if len(ran) > 1 else ran[0]
     not_run = "" if "graphed" in ran else "; your graphed side did not run"
-    lines.append(f"Of your code, {', '.join(ran)} ran (the dry run){not_run}.")
+    lines.append(f"Of your code, {listed} ran (the dry run){not_run}.")
     gpu_skips = dict(account["gpu_skips"])
     if not gpu_skips:
-        return [*lines, "On a GPU, every check would have what it needs."]
+        return [*lines, "The target made for the CPU gives what every check needs."]
     needs = [f"{check} (needs {', '.join(missing)})" for check, missing in gpu_skips.items()]
     count = len(gpu_skips)
     return [
         *lines,
-        f"On a GPU, {count} check{'s' if count > 1 else ''} would still skip: {', '.join(needs)}.",
+        f"On a GPU, {count} check{'s' if count > 1 else ''} would still skip unless the factory "
+        f"gives there what the target made for the CPU lacks: {', '.join(needs)}.",
     ]
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Hashable
 import pytest
 import torch
 
+from pytest_cudagraph.conformance.diagnosis import fail_naming_the_module
 from pytest_cudagraph.conformance.judging import case_in_key, graphed_path, kept, real
 from pytest_cudagraph.conformance.progress import CheckProgress
 from pytest_cudagraph.conformance.protocol import CudaGraphTarget, Inputs
@@ -40,13 +41,16 @@ def test_parity(
         return (inputs,)  # one positional argument: the inputs dict
 
     record_figure(f"{len(cases)} cases over {key_count} keys, {target.describe_tolerance()}")
-    result = graph_parity.check(
-        compared(target, target.eager),
-        compared(target, lambda inputs: kept(target, graphed_path(target)(inputs))),
-        make_inputs,
-        cases,
-        tolerance=target.tolerance,
-    )
+    try:
+        result = graph_parity.check(
+            compared(target, target.eager),
+            compared(target, lambda inputs: kept(target, graphed_path(target)(inputs))),
+            make_inputs,
+            cases,
+            tolerance=target.tolerance,
+        )
+    except pytest.fail.Exception as failure:  # one case of each key, diagnosed
+        fail_naming_the_module(target, cases[::per_key], failure)
     record_figure(f"{result.checked} cases over {len(keys)} keys, {target.describe_tolerance()}")
 
 

@@ -37,10 +37,10 @@ CPU = torch.device("cpu")
 # The three shapes of CUDA-graph code (each in at most 30 lines of target code), and the
 # hand-written cache the foreign target and its twins are made of.
 EXAMPLES = {
-    "decode_step_target": "examples.decode_step_target:make_target",
-    "bucket_runner_target": "examples.bucket_runner_target:make_target",
-    "graphed_layer_target": "examples.graphed_layer_target:make_target",
-    "hand_written_target": "examples.hand_written_target:make_target",
+    "decode_step_target": "pytest_cudagraph.examples.decode_step_target:make_target",
+    "bucket_runner_target": "pytest_cudagraph.examples.bucket_runner_target:make_target",
+    "graphed_layer_target": "pytest_cudagraph.examples.graphed_layer_target:make_target",
+    "hand_written_target": "pytest_cudagraph.examples.hand_written_target:make_target",
 }
 SHAPES = ("decode_step_target", "bucket_runner_target", "graphed_layer_target")
 MAX_LINES = 30
@@ -458,3 +458,16 @@ def test_a_broken_twin_fails_the_checks_meant_for_its_fault(
     assert intended in failed, result.stdout.str()
     assert must_fail <= failed <= must_fail | may_fail, result.stdout.str()
     assert result.ret in (pytest.ExitCode.TESTS_FAILED, CRASHES_AT_EXIT.get(spec)), result.ret
+
+
+@needs_cuda
+def test_a_parity_failure_names_the_first_module_whose_output_differs(
+    run_suite: Callable[..., pytest.RunResult],
+) -> None:
+    """The diagnostic capture: copies of each module's output recorded into the graph and
+    replayed with it, compared with eager's; the layer the twin scaled is the first to differ."""
+    result = run_suite("--cudagraph-target", "broken_adapters:graphed_layer_off", "-k", "parity")
+    assert failed_checks(result) == {"parity"}, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*where the graph went wrong: case 0: the first module whose output differs is 2: *"]
+    )
