@@ -220,7 +220,19 @@ def test_dry_run(
     record_figure(f"{sides} once on each of {called} key{'s' if called > 1 else ''}{where}")
     if failed:
         problems = [f"case {case}: {p}" for case, found in failed.items() for p in found]
-        fail_on([f"the dry run failed on {len(failed)} of {called} keys:", *problems[:10]])
+        fail_on([f"the dry run failed on {len(failed)} of {called} keys:", *once(problems[:10])])
+
+
+def once(problems: list[str]) -> list[str]:
+    """``problems`` with a traceback shown before (the same frames, another key) left out."""
+    seen: set[str] = set()
+    shown = []
+    for problem in problems:
+        first, _, frames = problem.partition("\n")
+        shown.append(first + " (the same frames as above)" if frames in seen else problem)
+        if frames:
+            seen.add(frames)
+    return shown
 
 
 def dry_call(target: CudaGraphTarget, case: int, graphed_too: bool) -> tuple[object, list[str]]:

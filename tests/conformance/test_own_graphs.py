@@ -1,5 +1,5 @@
 """Checking one's own CUDA-graph code: the adapters (pytest_cudagraph.conformance.adapters), the examples of
-docs/own-graphs.md (examples/), the foreign target and the broken twins of each.
+docs/own-graphs.md (pytest_cudagraph.examples), the foreign target and the broken twins of each.
 
 On the CPU: the adapters' input checks and skip report, the docs showing exactly the example
 files, and each example passing the checks that need no GPU. On a GPU: each example and the
@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
-from suite_runner import HERE, REPO_ROOT, table_verdicts
+from suite_runner import REPO_ROOT, table_verdicts
 from torch import nn
 
+from pytest_cudagraph import examples
 from pytest_cudagraph.conformance import (
     EXACT,
     NEXT_CALL,
@@ -34,6 +36,7 @@ from pytest_cudagraph.conformance.adapters import INDUCTOR_SKIP_LOGGER, input_sh
 from pytest_cudagraph.skips import needs_cuda
 
 CPU = torch.device("cpu")
+EXAMPLES_FOLDER = Path(examples.__file__).parent  # shipped in the plugin's wheel
 # The three shapes of CUDA-graph code (each in at most 30 lines of target code), and the
 # hand-written cache the foreign target and its twins are made of.
 EXAMPLES = {
@@ -311,14 +314,14 @@ def test_the_docs_show_exactly_the_example_files_with_their_line_counts() -> Non
     shown = {match["name"]: match for match in DOCS_BLOCK.finditer(docs)}
     assert set(shown) == set(EXAMPLES)
     for name, match in shown.items():
-        source = (HERE / "examples" / f"{name}.py").read_text(encoding="utf-8")
+        source = (EXAMPLES_FOLDER / f"{name}.py").read_text(encoding="utf-8")
         assert match["code"] == source, name
         assert int(match["lines"]) == len(source.splitlines()), name
 
 
 @pytest.mark.parametrize("name", SHAPES)
 def test_each_shape_of_graph_code_takes_at_most_30_lines_of_target_code(name: str) -> None:
-    source = (HERE / "examples" / f"{name}.py").read_text(encoding="utf-8")
+    source = (EXAMPLES_FOLDER / f"{name}.py").read_text(encoding="utf-8")
     assert len(source.splitlines()) <= MAX_LINES
 
 
