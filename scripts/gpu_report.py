@@ -25,6 +25,7 @@ STEPS = (
     "conformance-decode-step",
     "conformance-graphed-layer",
     "conformance-bucket-runner",
+    "conformance-hf-static-cache",
     "conformance-foreign",
     "conformance-quickstart",
     "conformance-xdist",

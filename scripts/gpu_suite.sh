@@ -114,6 +114,8 @@ run conformance-graphed-layer --pyargs pytest_cudagraph.conformance \
     --cudagraph-target pytest_cudagraph.examples.graphed_layer_target:make_target
 run conformance-bucket-runner --pyargs pytest_cudagraph.conformance \
     --cudagraph-target pytest_cudagraph.examples.bucket_runner_target:make_target
+run conformance-hf-static-cache --pyargs pytest_cudagraph.conformance \
+    --cudagraph-target pytest_cudagraph.examples.hf_static_cache_target:make_target
 PYTHONPATH=tests/conformance run conformance-foreign --pyargs pytest_cudagraph.conformance \
     --cudagraph-target foreign:make_target
 PYTHONPATH=tests/project/quickstart run conformance-quickstart --pyargs pytest_cudagraph.conformance \

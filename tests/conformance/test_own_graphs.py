@@ -44,7 +44,10 @@ EXAMPLES = {
     "bucket_runner_target": "pytest_cudagraph.examples.bucket_runner_target:make_target",
     "graphed_layer_target": "pytest_cudagraph.examples.graphed_layer_target:make_target",
     "hand_written_target": "pytest_cudagraph.examples.hand_written_target:make_target",
+    "hf_static_cache_target": "pytest_cudagraph.examples.hf_static_cache_target:make_target",
 }
+# The examples that need an extra installed: its name.
+EXTRAS = {EXAMPLES["hf_static_cache_target"]: "transformers"}
 SHAPES = ("decode_step_target", "bucket_runner_target", "graphed_layer_target")
 MAX_LINES = 30
 FOREIGN = "foreign:make_target"
@@ -337,7 +340,12 @@ def test_each_example_passes_the_checks_that_need_no_gpu(
     run_suite: Callable[..., pytest.RunResult], monkeypatch: pytest.MonkeyPatch, spec: str
 ) -> None:
     """Its contract, and a dry run of its code on the CPU: the eager side of every key (and the
-    compiled example's graphed side, compiled without CUDA graphs)."""
+    compiled examples' graphed side, compiled without CUDA graphs)."""
+    extra = EXTRAS.get(spec)
+    if extra is not None:
+        pytest.importorskip(
+            extra, reason=f"{extra} is not installed (pip install 'pytest-cudagraph[{extra}]')"
+        )
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     result = run_suite("--cudagraph-target", spec)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
@@ -374,6 +382,7 @@ MUST_PASS = {
     EXAMPLES["decode_step_target"]: ALL_CODE | {"concurrency", "graphs not skipped", "guards"},
     EXAMPLES["bucket_runner_target"]: ALL_CODE,
     EXAMPLES["graphed_layer_target"]: ALL_CODE | {"concurrency", "bounded memory"},
+    EXAMPLES["hf_static_cache_target"]: ALL_CODE | {"concurrency", "graphs not skipped"},
 }
 # twin -> (the check meant for its fault, checks that must fail on one GPU, checks that may fail
 # too: those whose verdict on this twin the GPU runs have not settled yet).
@@ -441,6 +450,9 @@ CRASHES_AT_EXIT = {"broken_adapters:compiled_outputs_claimed_owned": -11}
 def test_each_example_passes_the_suite_on_a_gpu(
     run_suite: Callable[..., pytest.RunResult], spec: str
 ) -> None:
+    extra = EXTRAS.get(spec)
+    if extra is not None:
+        pytest.importorskip(extra, reason=f"{extra} is not installed")
     result = run_suite("--cudagraph-target", spec)
     verdicts = table_verdicts(result)
     assert not failed_checks(result), result.stdout.str()

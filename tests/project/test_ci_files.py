@@ -242,7 +242,7 @@ def test_the_readme_and_docs_ci_name_the_torch_each_job_installs() -> None:
 
 def test_each_set_up_of_the_repository_installs_both_distributions() -> None:
     both = "-e . -e ./reasyn_ref"
-    assert '-e ".[test,lint]" -e ./reasyn_ref' in (ROOT / ".ci" / "run").read_text()
+    assert '-e ".[test,lint,transformers]" -e ./reasyn_ref' in (ROOT / ".ci" / "run").read_text()
     assert '-e ".[test]" -e ./reasyn_ref' in "\n".join(
         run_lines(load_workflow(WORKFLOWS / "gpu.yml"), "gpu")
     )
