@@ -237,10 +237,11 @@ def once(problems: list[str]) -> list[str]:
 
 def dry_call(target: CudaGraphTarget, case: int, graphed_too: bool) -> tuple[object, list[str]]:
     """One case through eager (twice under one seed on case 0: the seed must decide its
-    answer) and, when asked, graphed: eager's output, and what does not fit the contract."""
+    answer) and, when asked, graphed, each on a draw of its own (two draws under one seed must
+    be alike): eager's output, and what does not fit the contract."""
     inputs = drawn(target, case, seed=case)
-    key = loading.key_of(target, inputs, target.case(case))
-    where = f"key {key!r}; inputs {inputs_words(inputs)}"
+    loading.key_of(target, inputs, target.case(case))  # an error in it named here too
+    where = f"{case_words(target.case(case))}; inputs {inputs_words(inputs)}"
     with user_call(f"eager on {where}"):
         expected = eager_call(target, inputs, seed=case)
     if not tensors_in(expected):
@@ -251,9 +252,15 @@ def dry_call(target: CudaGraphTarget, case: int, graphed_too: bool) -> tuple[obj
     problems = [f"eager on {where}: {p}" for p in fits_contract(target, inputs, expected)]
     if problems:  # nothing to compare by until the contract fits
         return expected, problems
+    redrawn = drawn(target, case, seed=case)
+    if differing_inputs(inputs, redrawn):  # no side is to blame when its inputs differ
+        return expected, [
+            f"draw ignores its generator: two draws of {case_words(target.case(case))} under "
+            f"one seed differ in {', '.join(differing_inputs(inputs, redrawn))}"
+        ]
     if case == 0:
         with user_call(f"eager on {where}, again"):
-            again = eager_call(target, drawn(target, case, seed=case), seed=case)
+            again = eager_call(target, redrawn, seed=case)
         problems += [
             f"eager on {where} is not reproducible under one seed (is something drawn from a "
             f"generator the suite does not seed?): {m.describe()}"
@@ -272,8 +279,8 @@ def carried_state(target: CudaGraphTarget, first: object) -> list[str]:
     """Eager on case 0 once more under its seed, after every other key ran: an answer that
     changed since its first call carries state from call to call."""
     inputs = drawn(target, 0, seed=0)
-    key = loading.key_of(target, inputs, target.case(0))
-    with user_call(f"eager on key {key!r}; inputs {inputs_words(inputs)}, after the other keys"):
+    where = f"{case_words(target.case(0))}; inputs {inputs_words(inputs)}"
+    with user_call(f"eager on {where}, after the other keys"):
         again = eager_call(target, inputs, seed=0)
     return [
         f"eager's answer on {case_words(target.case(0))} changed after calls of the other "

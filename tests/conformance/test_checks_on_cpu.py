@@ -64,13 +64,13 @@ def test_the_dry_run_fails_a_target_whose_eager_side_raises_on_every_call() -> N
     lines = str(failure.value).splitlines()
     assert lines[:2] == [
         "the dry run failed on 3 of 3 keys:",
-        "case 0: eager on key 2; inputs x float32[2, 4] raised KeyError: 'ids'",
+        "case 0: eager on case 0: key 2, repeat 0; inputs x float32[2, 4] raised KeyError: 'ids'",
     ]
     # Each key raised in the same frames: shown once.
     assert lines.count("Traceback (your code):") == 1
     assert lines[-1] == (
-        "case 2: eager on key 4; inputs x float32[4, 4] raised KeyError: 'ids' (the same frames "
-        "as above)"
+        "case 2: eager on case 2: key 4, repeat 0; inputs x float32[4, 4] raised KeyError: 'ids' "
+        "(the same frames as above)"
     )
 
 
@@ -89,7 +89,8 @@ def test_the_dry_run_counts_keys_not_problems() -> None:
 
 def test_the_dry_run_fails_an_eager_side_that_returns_nothing() -> None:
     with pytest.raises(
-        Failed, match=r"eager on key 2; .* returned NoneType, no tensor \(a forgotten return\?\)"
+        Failed,
+        match=r"eager on case 0: key 2, repeat 0; .* returned NoneType, no tensor \(a forgotten return\?\)",
     ):
         run(test_00_target.test_dry_run, cpu_target(eager=lambda inputs: None))
 
@@ -116,7 +117,8 @@ def test_the_dry_run_calls_a_graphed_side_that_runs_on_the_cpu() -> None:
     figures = run(test_00_target.test_dry_run, cpu_target())
     assert figures == ["eager and graphed once on each of 3 keys (graphed runs without CUDA)"]
     with pytest.raises(
-        Failed, match=r"case 1: graphed on key 3; inputs x float32\[3, 4\]: output at"
+        Failed,
+        match=r"case 1: graphed on case 1: key 3, repeat 0; inputs x float32\[3, 4\]: output at",
     ):
         run(test_00_target.test_dry_run, cpu_target(graphed=lambda inputs: inputs["x"] * 3))
     assert run(test_00_target.test_dry_run, cpu_target(graphed=None)) == [
@@ -196,6 +198,22 @@ def test_the_contract_fails_a_draw_that_ignores_its_generator() -> None:
         Failed, match=r"draw ignores its generator for input 'mask': the same values in 4 draws"
     ):
         run(test_00_target.test_target_contract, cpu_target(draw=constant))
+
+
+def test_the_dry_run_blames_a_draw_that_ignores_its_generator_not_eager() -> None:
+    def global_draw(generator: torch.Generator, case: Case) -> dict[str, Tensor]:
+        return {"x": torch.randn(case.key, 4)}
+
+    with pytest.raises(Failed) as failure:
+        run(test_00_target.test_dry_run, cpu_target(draw=global_draw))
+    assert str(failure.value).splitlines() == [
+        "the dry run failed on 3 of 3 keys:",
+        *(
+            f"case {case}: draw ignores its generator: two draws of case {case}: key {key}, "
+            "repeat 0 under one seed differ in x"
+            for case, key in enumerate(KEYS)
+        ),
+    ]
 
 
 def test_the_contract_fails_a_constant_all_nan_input() -> None:
