@@ -207,7 +207,10 @@ def test_a_draw_named_for_cases_is_never_retried_with_the_key() -> None:
     def draw(generator: torch.Generator, case: Case) -> dict[str, torch.Tensor]:
         raise KeyError("hidden")
 
-    with pytest.raises(TargetError, match=r"draw\(generator, case 0\) raised KeyError: 'hidden'$"):
+    with pytest.raises(
+        TargetError,
+        match=r"draw\(generator, case 0: key \(2,\), repeat 0\) raised KeyError: 'hidden'$",
+    ):
         validate_target("mine:make", keyed_target(draw), CPU)
 
 
