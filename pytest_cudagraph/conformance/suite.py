@@ -68,8 +68,8 @@ def runs_the_suite(config: pytest.Config) -> bool:
         path = config.invocation_params.dir / name
         if config.option.pyargs:
             path = _module_path(name) or path
-        path = path.resolve()
-        if path == CHECKS_FOLDER.parent or path.is_relative_to(CHECKS_FOLDER):
+        path, checks = path.resolve(), CHECKS_FOLDER.resolve()
+        if path == checks.parent or path.is_relative_to(checks):
             return True
     return False
 
