@@ -45,7 +45,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.SNAPSHOT not in config.stash:  # the core plugin is disabled (-p no:...)
         return
     spec = settings.snapshot(config).value(settings.TARGET)
-    if runs_the_suite(config):  # the target loaded now: a bad one is a usage error
+    # The target loaded now, so that a bad one is a usage error; none chosen is one only for a
+    # run of the checks (collecting them needs no target, whatever is installed).
+    if runs_the_suite(config) and (spec is not None or not config.option.collectonly):
         try:
             config.stash[FACTORY] = loading.load_factory(
                 loading.resolve_spec(spec),

@@ -185,6 +185,11 @@ def test_a_suite_run_with_no_target_chosen_is_a_usage_error_like_a_bad_spec(
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: conformance target: {problem}"])
+    # Collecting the checks needs no target.
+    collected = pytester.runpytest_inprocess(
+        "--pyargs", "pytest_cudagraph.conformance", "--collect-only", "-q", *plugin_arguments()
+    )
+    assert collected.ret == pytest.ExitCode.OK
 
 
 def test_a_target_module_in_the_rootdir_imports_with_plain_pytest(
