@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import pytest
 
@@ -180,14 +180,21 @@ class AccountRecorder(Protocol):
     def __call__(self, ran: Sequence[str], gpu_skips: Mapping[str, Sequence[str]], /) -> None: ...
 
 
+class Account(TypedDict):
+    """What the dry run says a run judged: which of the user's code ran (``draw``, ``key_of``,
+    ``eager``, ``graphed``), and check -> what it needs that the target does not give."""
+
+    ran: list[str]
+    gpu_skips: dict[str, list[str]]
+
+
 def record_account(
     item: pytest.Item, ran: Sequence[str], gpu_skips: Mapping[str, Sequence[str]], /
 ) -> None:
     """Record what a run could judge of the target, for the account a run without CUDA ends
-    with: which of the user's code ran (``draw``, ``key_of``, ``eager``, ``graphed``), and
-    check -> what it needs that the target does not give (it would skip on a GPU too)."""
-    account = {"ran": list(ran), "gpu_skips": {check: list(n) for check, n in gpu_skips.items()}}
-    results.record(item, ACCOUNT, account)
+    with (``Account``)."""
+    gpu = {check: list(needs) for check, needs in gpu_skips.items()}
+    results.record(item, ACCOUNT, Account(ran=list(ran), gpu_skips=gpu))
 
 
 @dataclass
@@ -224,7 +231,7 @@ class ConformanceTable:
     def __init__(self, target_spec: str | None) -> None:
         self.target_spec = target_spec
         self.rows: dict[str, CheckRow] = {}
-        self.account: dict[str, object] | None = None
+        self.account: Account | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         recorded = dict(results.plugin_values(report.user_properties))
@@ -233,7 +240,7 @@ class ConformanceTable:
             return
         account = recorded.get(ACCOUNT)
         if isinstance(account, dict):
-            self.account = account
+            self.account = Account(ran=account["ran"], gpu_skips=account["gpu_skips"])
         row = self.rows.setdefault(f"{report.location[0]}::{name}", CheckRow(str(name)))
         figure = recorded.get(FIGURE)
         row.take(report, figure if isinstance(figure, dict) else None)
@@ -269,7 +276,7 @@ class ConformanceTable:
         return lines
 
 
-def cpu_account(skipped: Sequence[CheckRow], account: Mapping[str, Any] | None) -> list[str]:
+def cpu_account(skipped: Sequence[CheckRow], account: Account | None) -> list[str]:
     """What a run without CUDA could not judge, in place of the rows of the checks that
     skipped for it (the results JSON keeps them): which of the user's code ran, which checks
     would still skip on a GPU and for want of what, and that no graph was judged."""
@@ -281,11 +288,11 @@ def cpu_account(skipped: Sequence[CheckRow], account: Mapping[str, Any] | None) 
     ]
     if account is None:
         return [*lines, "The dry run did not run: none of your code was called."]
-    ran = list(account["ran"])
+    ran = account["ran"]
     listed = ", ".join(ran[:-1]) + f" and {ran[-1]}" if len(ran) > 1 else ran[0]
     not_run = "" if "graphed" in ran else "; your graphed side did not run"
     lines.append(f"Of your code, {listed} ran (the dry run){not_run}.")
-    gpu_skips = dict(account["gpu_skips"])
+    gpu_skips = account["gpu_skips"]
     if not gpu_skips:
         return [*lines, "The target made for the CPU gives what every check needs."]
     needs = [f"{check} (needs {', '.join(missing)})" for check, missing in gpu_skips.items()]
