@@ -27,6 +27,7 @@ STEPS = (
     "conformance-graphed-layer",
     "conformance-bucket-runner",
     "conformance-piecewise-runner",
+    "conformance-hf-static-cache",
     "conformance-foreign",
     "conformance-quickstart",
     "conformance-xdist",

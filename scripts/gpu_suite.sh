@@ -105,18 +105,21 @@ run tests-conformance tests/conformance ${TEST_ARGS:-}
 run conformance --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn
 run conformance-kv --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn-kv
 run conformance-lean --pyargs pytest_cudagraph.conformance --cudagraph-target reasyn-lean
-# The own-graphs examples (docs/own-graphs.md) and the foreign target (the hand-written example)
-# live in tests/conformance, the README's quick start in tests/project/quickstart.
-PYTHONPATH=tests/conformance run conformance-decode-step --pyargs pytest_cudagraph.conformance \
-    --cudagraph-target examples.decode_step_target:make_target
-PYTHONPATH=tests/conformance run conformance-decode-token --pyargs pytest_cudagraph.conformance \
-    --cudagraph-target examples.decode_token_target:make_target
-PYTHONPATH=tests/conformance run conformance-graphed-layer --pyargs pytest_cudagraph.conformance \
-    --cudagraph-target examples.graphed_layer_target:make_target
-PYTHONPATH=tests/conformance run conformance-bucket-runner --pyargs pytest_cudagraph.conformance \
-    --cudagraph-target examples.bucket_runner_target:make_target
-PYTHONPATH=tests/conformance run conformance-piecewise-runner --pyargs pytest_cudagraph.conformance \
-    --cudagraph-target examples.piecewise_runner_target:make_target
+# The own-graphs examples (docs/own-graphs.md) ship in the plugin (pytest_cudagraph.examples);
+# the foreign target (the hand-written example) lives in tests/conformance, the README's quick
+# start in tests/project/quickstart.
+run conformance-decode-step --pyargs pytest_cudagraph.conformance \
+    --cudagraph-target pytest_cudagraph.examples.decode_step_target:make_target
+run conformance-decode-token --pyargs pytest_cudagraph.conformance \
+    --cudagraph-target pytest_cudagraph.examples.decode_token_target:make_target
+run conformance-graphed-layer --pyargs pytest_cudagraph.conformance \
+    --cudagraph-target pytest_cudagraph.examples.graphed_layer_target:make_target
+run conformance-bucket-runner --pyargs pytest_cudagraph.conformance \
+    --cudagraph-target pytest_cudagraph.examples.bucket_runner_target:make_target
+run conformance-piecewise-runner --pyargs pytest_cudagraph.conformance \
+    --cudagraph-target pytest_cudagraph.examples.piecewise_runner_target:make_target
+run conformance-hf-static-cache --pyargs pytest_cudagraph.conformance \
+    --cudagraph-target pytest_cudagraph.examples.hf_static_cache_target:make_target
 PYTHONPATH=tests/conformance run conformance-foreign --pyargs pytest_cudagraph.conformance \
     --cudagraph-target foreign:make_target
 PYTHONPATH=tests/project/quickstart run conformance-quickstart --pyargs pytest_cudagraph.conformance \

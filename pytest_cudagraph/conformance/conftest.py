@@ -111,6 +111,20 @@ def record_figure(request: pytest.FixtureRequest) -> suite.FigureRecorder:
 
 
 @pytest.fixture
+def record_account(request: pytest.FixtureRequest) -> suite.AccountRecorder:
+    """Record which of the user's code ran and what the target lacks for the checks that need
+    CUDA, for the account a run without CUDA ends with."""
+    return functools.partial(suite.record_account, request.node)
+
+
+@pytest.fixture
+def explain(request: pytest.FixtureRequest) -> suite.ErrorExplainer:
+    """An error in the user's code as the session asked to see it: its whole message and the
+    user's own frames (every frame under --tb=long, --tb=native, --full-trace)."""
+    return functools.partial(loading.explained, frames=suite.frames_asked(request.config))
+
+
+@pytest.fixture
 def capture_counter() -> CaptureCounter:
     """Counts the captures and replays of torch.cuda.CUDAGraph while entered."""
     return CaptureCounter()

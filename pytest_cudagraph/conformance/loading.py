@@ -4,26 +4,47 @@ loaded, called with a device, and what it returned checked before any check runs
 Installed names come from the entry-point group ``pytest_cudagraph.targets``; with none chosen,
 the one installed target is the default. The module of a ``module:factory`` imports as a test
 module would: from ``sys.path``, else from the rootdir or the invocation folder. Every problem is
-a ``TargetError`` naming the spec.
+a ``TargetError`` naming the spec, with a "did you mean" where a name is close to one that is
+there. An error the user's code raises (importing, the factory, ``draw``, ``key_of``, a side)
+is shown whole, where the user's own frames raised it (``explained``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import importlib
 import importlib.metadata
 import importlib.util
 import sys
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_cudagraph.conformance import legacy
-from pytest_cudagraph.conformance.protocol import CudaGraphTarget
+from pytest_cudagraph.conformance.protocol import Case, CudaGraphTarget, Inputs, key_problem
 
 if TYPE_CHECKING:
     import torch
 
 ENTRY_POINT_GROUP = "pytest_cudagraph.targets"
+# The examples shipped with the plugin stand for a user's code: their frames are shown.
+EXAMPLES = "pytest_cudagraph.examples"
+# Top-level packages whose frames are not the user's code.
+LIBRARIES = frozenset(
+    {"pytest_cudagraph", "_pytest", "pytest", "pluggy", "xdist", "torch", *sys.stdlib_module_names}
+)
+# What torch says when code called for the CPU uses CUDA all the same.
+CUDA_MISSING = (
+    "Tried to instantiate dummy base class CUDAGraph",
+    "Torch not compiled with CUDA enabled",
+    "no CUDA GPUs are available",
+    "Found no NVIDIA driver",
+)
+
+# Which frames of an error in the user's code to show (``traceback_text``).
+YOURS, FROM_YOURS, ALL = "yours", "from yours", "all"
 
 Factory = Callable[["torch.device"], CudaGraphTarget]
 
@@ -96,7 +117,8 @@ def load_factory(spec: str, search_paths: Sequence[Path] = ()) -> Factory:
             raise TargetError(
                 spec,
                 f"no installed target of that name (installed: {names}); "
-                "or give module:factory, e.g. 'mypkg.graphs:make_target'",
+                "or give module:factory, e.g. 'mypkg.graphs:make_target'"
+                + did_you_mean(spec, installed),
             )
         return load_factory(installed[spec], search_paths)
     module_name, _, attribute = spec.partition(":")
@@ -104,14 +126,36 @@ def load_factory(spec: str, search_paths: Sequence[Path] = ()) -> Factory:
         raise TargetError(
             spec, "must be a name or 'module:factory', e.g. 'mypkg.graphs:make_target'"
         )
+    if "/" in module_name or "\\" in module_name or module_name.endswith(".py"):
+        raise TargetError(spec, f"{module_name!r} is a path; {module_spelling(spec)}")
     found: object = _import(spec, module_name, search_paths)
     for part in attribute.split("."):
         if not hasattr(found, part):
-            raise TargetError(spec, f"{module_name} has no attribute {attribute!r}")
+            there = [name for name in dir(found) if callable(getattr(found, name, None))]
+            raise TargetError(
+                spec,
+                f"{module_name} has no attribute {attribute!r}" + did_you_mean(part, there),
+            )
         found = getattr(found, part)
     if not callable(found):
         raise TargetError(spec, f"{attribute} is a {type(found).__name__}, not a callable factory")
     return found
+
+
+def did_you_mean(given: str, names: Iterable[str]) -> str:
+    """``; did you mean 'x'?`` for the names closest to ``given``, or nothing."""
+    close = difflib.get_close_matches(given, list(names), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+
+
+def module_spelling(spec: str) -> str:
+    """How to write a path given as the module of ``spec`` (``tests/mine.py:make``)."""
+    path, _, attribute = spec.rpartition(":")
+    parts = [p for p in Path(path.replace("\\", "/")).with_suffix("").parts if p not in (".", "/")]
+    spelling = f"give a module name as an import statement names it: {'.'.join(parts)}:{attribute}"
+    if len(parts) > 1:
+        spelling += f", or {parts[-1]}:{attribute} with {'/'.join(parts[:-1])} on sys.path (the ini's pythonpath)"
+    return spelling
 
 
 def _import(spec: str, module_name: str, search_paths: Sequence[Path]) -> object:
@@ -122,19 +166,19 @@ def _import(spec: str, module_name: str, search_paths: Sequence[Path]) -> object
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as error:
+        if error.name is None or not module_name.startswith(error.name):
+            raise TargetError(  # the module was found, and what it imports was not
+                spec, f"importing {module_name!r} failed: {whole_message(error)}"
+            ) from error
         raise TargetError(spec, f"cannot import module {module_name!r}: {error}") from error
     except (Exception, SystemExit) as error:  # whatever the module raises while it runs
         raise TargetError(
-            spec, f"importing {module_name!r} failed: {type(error).__name__}: {_first_line(error)}"
+            spec, f"importing {module_name!r} failed: {whole_message(error)}"
         ) from error
 
 
 def _holds_module(folder: Path, name: str) -> bool:
     return (folder / name).is_dir() or (folder / f"{name}.py").is_file()
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [""])[0]
 
 
 def build_target(
@@ -149,10 +193,92 @@ def build_target(
         target = factory(device)
     except (Exception, SystemExit) as error:  # SystemExit too: a factory may call sys.exit
         raise TargetError(
-            spec, f"the factory raised {type(error).__name__}: {_first_line(error)}"
+            spec, f"the factory raised {whole_message(error)}{cuda_hint(error, device)}"
         ) from error
     validate_target(spec, target, device)
     return target
+
+
+def cuda_hint(error: BaseException, device: torch.device) -> str:
+    """The rule a factory broke when it used CUDA while called for the CPU, or nothing."""
+    if device.type == "cuda" or not any(sign in str(error) for sign in CUDA_MISSING):
+        return ""
+    return (
+        f"\nThe factory is called with the CPU ({device}) when CUDA is missing: build the graphs "
+        "only when device.type == 'cuda' and give graphed=None otherwise (docs/own-graphs.md)"
+    )
+
+
+# Errors in the user's code: the whole message, and the user's own frames
+
+
+def whole_message(error: BaseException) -> str:
+    """``Type: message``, every line of the message."""
+    message = str(error).strip()
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def users_frame(module: str) -> bool:
+    """Whether a frame of ``module`` (its ``__name__``) is the user's code: not Python's own,
+    torch's, pytest's or this plugin's (but its examples, which stand for a user's code)."""
+    if module == EXAMPLES or module.startswith(EXAMPLES + "."):
+        return True
+    return module.partition(".")[0] not in LIBRARIES
+
+
+def traceback_text(error: BaseException, frames: str = YOURS) -> str:
+    """Where ``error`` was raised: the frames of the user's code only (``YOURS``, with a line
+    saying how many others were left out and how to see them), every frame from the user's
+    first one on (``FROM_YOURS``), or Python's whole traceback (``ALL``)."""
+    walked = list(traceback.walk_tb(error.__traceback__))
+    mine = [users_frame(frame.f_globals.get("__name__", "")) for frame, _ in walked]
+    if frames != YOURS:
+        start = mine.index(True) if frames == FROM_YOURS and any(mine) else 0
+        stack = traceback.StackSummary.extract(iter(walked[start:]))
+        lines = ["Traceback (most recent call last):", *stack.format()]
+        return "\n".join(line.rstrip("\n") for line in [*lines, whole_message(error)])
+    stack = traceback.StackSummary.extract(
+        step for step, its in zip(walked, mine, strict=True) if its
+    )
+    lines = ["Traceback (your code):" if any(mine) else "Traceback: no frame of your code"]
+    lines += stack.format()
+    left_out = mine.count(False)
+    if left_out:
+        lines.append(
+            f"  ({left_out} frame{'s' if left_out > 1 else ''} of Python, torch, pytest and "
+            "pytest-cudagraph left out: --tb=long shows every frame)"
+        )
+    return "\n".join(line.rstrip("\n") for line in lines)
+
+
+def explained(error: BaseException, frames: str = YOURS) -> str:
+    """An error met while loading or calling the user's code, for people: its message (a
+    ``TargetError``'s or a ``UserCodeError``'s names what was called), then where the user's
+    code raised it (``traceback_text`` of the cause)."""
+    cause = error.__cause__ if isinstance(error, (TargetError, UserCodeError)) else error
+    if cause is None:
+        return str(error)
+    return f"{error}\n{traceback_text(cause, frames)}"
+
+
+class UserCodeError(Exception):
+    """The user's code raised while the suite called it: ``call`` names what was called in the
+    user's own words (``draw(generator, case 3: key 16, repeat 1)``); the error is the cause."""
+
+    def __init__(self, call: str, error: BaseException) -> None:
+        super().__init__(f"{call} raised {whole_message(error)}")
+        self.call = call
+
+
+@contextlib.contextmanager
+def user_call(call: str) -> Iterator[None]:
+    """Any error the block raises (SystemExit too) as a ``UserCodeError`` naming ``call``."""
+    try:
+        yield
+    except UserCodeError:
+        raise
+    except (Exception, SystemExit) as error:
+        raise UserCodeError(call, error) from error
 
 
 # Validation
@@ -160,9 +286,10 @@ def build_target(
 
 def validate_target(spec: str, target: object, device: torch.device) -> None:
     """A ``CudaGraphTarget`` made for ``device`` (its fields checked themselves when it was
-    made), whose case 0 draws and keys: a ``draw`` or ``key_of`` that fails every call is named
-    here, before any check. A ``draw(generator, key)`` of the release before 0.3.0 is wrapped,
-    with a DeprecationWarning."""
+    made), whose case 0 draws and keys: a ``draw`` or ``key_of`` that fails every call, or a
+    key that is not a plain value equal to itself, is named here, before any check. A
+    ``draw(generator, key)`` of the release before 0.3.0 is wrapped, with a
+    DeprecationWarning."""
     import torch
 
     if not isinstance(target, CudaGraphTarget):
@@ -173,30 +300,57 @@ def validate_target(spec: str, target: object, device: torch.device) -> None:
         )
     if target.device != device:
         raise TargetError(spec, f"device is {target.device!r}; the factory was asked for {device}")
+    case = target.case(0)
     generator = torch.Generator(device).manual_seed(0)
     try:
-        target.draw, inputs = legacy.first_draw(target.draw, generator, target.case(0))
-    except legacy.DrawSpellingError as error:
-        raise TargetError(spec, f"draw: {error}") from error
-    except Exception as error:
-        raise TargetError(spec, f"draw(generator, case 0) raised {_described(error)}") from error
-    if not isinstance(inputs, dict) or not all(isinstance(name, str) for name in inputs):
-        raise TargetError(
-            spec,
-            f"draw(generator, case 0) returned {type(inputs).__name__}; it must return a dict "
-            "of input name -> value",
-        )
+        with user_call(f"draw(generator, {case_words(case)})"):
+            target.draw, inputs = legacy.first_draw(target.draw, generator, case)
+    except UserCodeError as error:
+        if isinstance(error.__cause__, legacy.DrawSpellingError):
+            raise TargetError(spec, f"draw: {error.__cause__}") from error.__cause__.__cause__
+        raise TargetError(spec, str(error)) from error.__cause__
+    problem = inputs_problem(inputs)
+    if problem is not None:
+        raise TargetError(spec, f"draw(generator, {case_words(case)}) returned {problem}")
     try:
-        key = target.key_of(inputs)
-    except Exception as error:
-        raise TargetError(spec, f"key_of(case 0's inputs) raised {_described(error)}") from error
-    try:
-        hash(key)
-    except TypeError:
-        raise TargetError(
-            spec, f"key_of(case 0's inputs) returned an unhashable {type(key).__name__}: {key!r}"
-        ) from None
+        with user_call(f"draw(generator, {case_words(case)}) under another seed"):
+            again = target.make_inputs(torch.Generator(device).manual_seed(1), 0)
+        keys = [key_of(target, drawn, case) for drawn in (inputs, again)]
+    except UserCodeError as error:
+        raise TargetError(spec, str(error)) from error.__cause__
+    problem = key_problem(keys[0], lambda: keys[1], "for two draws of one case")
+    if problem:
+        raise TargetError(spec, f"key_of(inputs of {case_words(case)}) {problem}")
 
 
-def _described(error: BaseException) -> str:
-    return f"{type(error).__name__}: {_first_line(error)}"
+def case_words(case: Case) -> str:
+    """A case as a user reads it: ``case 3: key 16, repeat 1``."""
+    return f"case {case.number}: key {case.key!r}, repeat {case.repeat}"
+
+
+def inputs_words(inputs: Inputs) -> str:
+    """The inputs of a call by name: each tensor's dtype and shape, each plain value's repr."""
+    import torch
+
+    return ", ".join(
+        f"{name} {str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+        if isinstance(value, torch.Tensor)
+        else f"{name}={value!r:.40}"
+        for name, value in inputs.items()
+    )
+
+
+def inputs_problem(inputs: object) -> str | None:
+    """What is wrong with what ``draw`` returned (a dict of input name -> value), or None."""
+    if isinstance(inputs, dict) and all(isinstance(name, str) for name in inputs):
+        return None
+    forgot = " (a forgotten return?)" if inputs is None else ""
+    return f"{type(inputs).__name__}{forgot}; it must return a dict of input name -> value"
+
+
+def key_of(target: CudaGraphTarget, inputs: Inputs, case: Case) -> Hashable:
+    """``target.key_of(inputs)`` of ``case``'s inputs; an error it raises is a
+    ``UserCodeError`` naming the case."""
+    unchecked = getattr(target.key_of, "function", target.key_of)  # its results judged here
+    with user_call(f"key_of(inputs of {case_words(case)})"):
+        return unchecked(inputs)

@@ -598,8 +598,13 @@ def _flag_rule(result: object, again: object, *args: object) -> str:
 
 
 def _key_rule(key: object, again: Callable[[], object], *args: object) -> str:
-    """A graph key must be a plain value equal to itself and to the key of the same inputs
-    taken again: a tensor, NaN or a fresh ``object()`` never finds its graph again."""
+    return key_problem(key, again, "for the same inputs")
+
+
+def key_problem(key: object, other: Callable[[], object], of: str) -> str:
+    """What is wrong with a graph key ``key_of`` returned ("" when nothing): it must be a plain
+    value, equal to itself and to ``other()``, the key of the same call taken again (``of``
+    says which): a tensor, NaN or a fresh ``object()`` never finds its graph again."""
     import torch
 
     if isinstance(key, torch.Tensor):
@@ -609,16 +614,16 @@ def _key_rule(key: object, again: Callable[[], object], *args: object) -> str:
         )
     try:
         hash(key)
-        second = again()
-        itself, alike = bool(key == key), bool(key == second)
+        second = other()
+        itself, alike = bool(key == key), bool(key == second) and hash(key) == hash(second)
     except Exception as error:  # an unhashable key, or one whose == raises
         return f"returned {_shown(key)}, which cannot be a key: {type(error).__name__}: {error}"
     if not itself:
         return f"returned {_shown(key)}, which is not equal to itself (NaN): no call finds it again"
     if not alike:
         return (
-            f"gave two keys for the same inputs ({_shown(key)}, then {_shown(second)}): a key "
-            "must be a value that compares equal, not a fresh object"
+            f"gave two keys {of} ({_shown(key)}, then {_shown(second)}): a key must be a "
+            "plain value that compares equal, not a fresh object"
         )
     return ""
 

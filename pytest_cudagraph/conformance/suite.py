@@ -13,13 +13,14 @@ session and imports torch only when the suite's target is built.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import sys
-import traceback
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import pytest
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 CHECK = "check"  # the record kind of a check's name, on each of its reports
 FIGURE = "conformance"  # the record kind of a check's figure
+ACCOUNT = "conformance account"  # the record kind of what the dry run says the run judged
 TABLE = "conformance"  # the table's section name (its key in the JSON)
 FAILED = ("FAILED", "ERROR")
 TARGET_SPEC = pytest.StashKey[str | None]()
@@ -47,17 +49,60 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.SNAPSHOT not in config.stash:  # the core plugin is disabled (-p no:...)
         return
     spec = settings.snapshot(config).value(settings.TARGET)
-    if spec is not None:  # loaded now, so that a bad one is a usage error before the run
+    # The target loaded now, so that a bad one is a usage error; none chosen is one only for a
+    # run of the checks (collecting them needs no target, whatever is installed).
+    if runs_the_suite(config) and (spec is not None or not config.option.collectonly):
         try:
             config.stash[FACTORY] = loading.load_factory(
-                spec, search_paths=(config.rootpath, config.invocation_params.dir)
+                loading.resolve_spec(spec),
+                search_paths=(config.rootpath, config.invocation_params.dir),
             )
         except loading.TargetError as error:
-            raise pytest.UsageError(str(error)) from None
+            raise pytest.UsageError(loading.explained(error, frames_asked(config))) from None
     config.stash[TARGET_SPEC] = spec
     table = ConformanceTable(spec)
     config.pluginmanager.register(table, "cudagraph-conformance-table")
     results.add_section(config, results.Section(TABLE, table.data, table.lines))
+
+
+def runs_the_suite(config: pytest.Config) -> bool:
+    """Whether the session's arguments name the suite's checks: its folder (or the plugin's
+    package holding it), a check module, a check. Only such sessions load the target before
+    the run; elsewhere a target that cannot be loaded errors only the tests that use it."""
+    for argument in config.args:
+        name = argument.partition("::")[0]
+        path = config.invocation_params.dir / name
+        if config.option.pyargs:
+            path = _module_path(name) or path
+        path, checks = path.resolve(), CHECKS_FOLDER.resolve()
+        if path == checks.parent or path.is_relative_to(checks):
+            return True
+    return False
+
+
+def _module_path(name: str) -> Path | None:
+    """The file (a package: its folder) of the module ``name`` names, if it is one."""
+    if not all(part.isidentifier() for part in name.split(".")):
+        return None
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if found is None or found.origin is None:
+        return None
+    origin = Path(found.origin)
+    return origin.parent if origin.name == "__init__.py" else origin
+
+
+def frames_asked(config: pytest.Config) -> str:
+    """Which frames of an error in the user's code the session asked for: every frame
+    (``--full-trace``), every frame from the user's first on (``--tb=long``, ``--tb=native``),
+    else the user's own frames only."""
+    if config.getoption("fulltrace"):
+        return loading.ALL
+    return (
+        loading.FROM_YOURS if config.getoption("tbstyle") in ("long", "native") else loading.YOURS
+    )
 
 
 def chosen_target_spec(config: pytest.Config) -> str | None:
@@ -71,12 +116,13 @@ def conformance_target(request: pytest.FixtureRequest) -> CudaGraphTarget:
     """The conformance suite's target (``--cudagraph-target``), built once per session on
     ``cuda_device``, or on the CPU without CUDA (for the checks that need no GPU).
 
-    A target that cannot be built (none chosen, a factory that raises, a malformed target)
-    errors the test that asked for it with one line naming the spec and the problem; with
-    ``--tb=long``, ``--tb=native`` or ``--full-trace`` the factory's traceback follows it. In
-    a session that runs the suite's checks the run stops there (under xdist, each worker's
-    run), rather than failing every check with the same message; anywhere else only the tests
-    that use the target error, and the rest of the session runs."""
+    A target that cannot be built (none chosen, a module that fails to import, a factory that
+    raises, a malformed target) errors the test that asked for it, naming the spec and the
+    problem, with the error's whole message and the frames of the user's code that raised it
+    (every frame with ``--tb=long``, ``--tb=native`` or ``--full-trace``). In a session that
+    runs the suite's checks the run stops there (under xdist, each worker's run), rather than
+    failing every check with the same message; anywhere else only the tests that use the
+    target error, and the rest of the session runs."""
     import torch
 
     config = request.config
@@ -87,10 +133,7 @@ def conformance_target(request: pytest.FixtureRequest) -> CudaGraphTarget:
     try:
         return fresh_target(config, device)
     except loading.TargetError as error:
-        problem = str(error)
-        cause = error.__cause__
-    if cause is not None and _wants_traceback(config):
-        problem += "\n" + _factory_traceback(cause, full=bool(config.getoption("fulltrace")))
+        problem = loading.explained(error, frames_asked(config))
     if any(item.path.parent == CHECKS_FOLDER for item in request.session.items):
         request.session.shouldfail = problem.splitlines()[0]
     pytest.fail(problem, pytrace=False)
@@ -100,19 +143,6 @@ def fresh_target(config: pytest.Config, device: torch.device) -> CudaGraphTarget
     """A new target of the session's spec on ``device``, from the factory loaded once
     (TargetError naming the spec where it cannot be built)."""
     return loading.build_target(chosen_target_spec(config), device, config.stash.get(FACTORY, None))
-
-
-def _wants_traceback(config: pytest.Config) -> bool:
-    """Whether the user asked for whole tracebacks (--tb=long, --tb=native, --full-trace)."""
-    return bool(config.getoption("fulltrace") or config.getoption("tbstyle") in ("long", "native"))
-
-
-def _factory_traceback(error: BaseException, *, full: bool) -> str:
-    """``error``'s traceback from the factory's own frame on (``full``: from build_target's)."""
-    frames = error.__traceback__
-    if not full and frames is not None and frames.tb_next is not None:
-        frames = frames.tb_next
-    return "".join(traceback.format_exception(type(error), error, frames)).rstrip("\n")
 
 
 def forget_last_failure() -> None:
@@ -143,6 +173,36 @@ def record_figure(item: pytest.Item, figure: str, /, **values: float) -> None:
         if not math.isfinite(value):
             raise ValueError(f"record_figure: {name} must be finite, got {value!r}")
     results.record(item, FIGURE, {"figure": figure, "values": dict(values)})
+
+
+class ErrorExplainer(Protocol):
+    """The ``explain`` fixture: an error in the user's code as the session asked to see it
+    (``loading.explained`` with the frames of ``frames_asked``)."""
+
+    def __call__(self, error: BaseException, /) -> str: ...
+
+
+class AccountRecorder(Protocol):
+    """The ``record_account`` fixture: ``record_account(ran, gpu_skips)``."""
+
+    def __call__(self, ran: Sequence[str], gpu_skips: Mapping[str, Sequence[str]], /) -> None: ...
+
+
+class Account(TypedDict):
+    """What the dry run says a run judged: which of the user's code ran (``draw``, ``key_of``,
+    ``eager``, ``graphed``), and check -> what it needs that the target does not give."""
+
+    ran: list[str]
+    gpu_skips: dict[str, list[str]]
+
+
+def record_account(
+    item: pytest.Item, ran: Sequence[str], gpu_skips: Mapping[str, Sequence[str]], /
+) -> None:
+    """Record what a run could judge of the target, for the account a run without CUDA ends
+    with (``Account``)."""
+    gpu = {check: list(needs) for check, needs in gpu_skips.items()}
+    results.record(item, ACCOUNT, Account(ran=list(ran), gpu_skips=gpu))
 
 
 @dataclass
@@ -179,12 +239,16 @@ class ConformanceTable:
     def __init__(self, target_spec: str | None) -> None:
         self.target_spec = target_spec
         self.rows: dict[str, CheckRow] = {}
+        self.account: Account | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         recorded = dict(results.plugin_values(report.user_properties))
         name = recorded.get(CHECK)
         if name is None:
             return
+        account = recorded.get(ACCOUNT)
+        if isinstance(account, dict):
+            self.account = Account(ran=account["ran"], gpu_skips=account["gpu_skips"])
         row = self.rows.setdefault(f"{report.location[0]}::{name}", CheckRow(str(name)))
         figure = recorded.get(FIGURE)
         row.take(report, figure if isinstance(figure, dict) else None)
@@ -198,7 +262,8 @@ class ConformanceTable:
         if not self.rows:
             return None
         rows = [asdict(self.rows[key]) for key in sorted(self.rows)]
-        return {"target": self.target_name(), "rows": rows}
+        account = {} if self.account is None else {"account": self.account}
+        return {"target": self.target_name(), "rows": rows, **account}
 
     def lines(self, data: object) -> list[str]:
         if data is None:
@@ -207,7 +272,44 @@ class ConformanceTable:
         rows = [CheckRow(**row) for row in data["rows"]]
         counts = Counter(row.verdict.lower() for row in rows)  # pytest's words: failed, error
         tally = ", ".join(f"{count} {verdict}" for verdict, count in sorted(counts.items()))
-        return [f"conformance of {data['target']} ({tally}):", *format_table(rows)]
+        from pytest_cudagraph.skips import NEEDS_CUDA  # imports torch, which the checks did
+
+        without_cuda = [
+            row for row in rows if row.verdict == "skipped" and row.reason == NEEDS_CUDA
+        ]
+        shown = [row for row in rows if row not in without_cuda]
+        lines = [f"conformance of {data['target']} ({tally}):", *format_table(shown)]
+        if without_cuda:
+            lines += cpu_account(without_cuda, data.get("account"))
+        return lines
+
+
+def cpu_account(skipped: Sequence[CheckRow], account: Account | None) -> list[str]:
+    """What a run without CUDA could not judge, in place of the rows of the checks that
+    skipped for it (the results JSON keeps them): which of the user's code ran, which checks
+    would still skip on a GPU and for want of what, and that no graph was judged."""
+    names = ", ".join(row.check for row in skipped)
+    lines = [
+        f"  {len(skipped)} checks need CUDA and skipped ({skipped[0].reason}): {names}",
+        "Without CUDA no graph was captured, replayed or judged: a green table here says only "
+        "that the rows above passed.",
+    ]
+    if account is None:
+        return [*lines, "The dry run did not run: none of your code was called."]
+    ran = account["ran"]
+    listed = ", ".join(ran[:-1]) + f" and {ran[-1]}" if len(ran) > 1 else ran[0]
+    not_run = "" if "graphed" in ran else "; your graphed side did not run"
+    lines.append(f"Of your code, {listed} ran (the dry run){not_run}.")
+    gpu_skips = account["gpu_skips"]
+    if not gpu_skips:
+        return [*lines, "The target made for the CPU gives what every check needs."]
+    needs = [f"{check} (needs {', '.join(missing)})" for check, missing in gpu_skips.items()]
+    count = len(gpu_skips)
+    return [
+        *lines,
+        f"On a GPU, {count} check{'s' if count > 1 else ''} would still skip unless the factory "
+        f"gives there what the target made for the CPU lacks: {', '.join(needs)}.",
+    ]
 
 
 def format_table(rows: Sequence[CheckRow]) -> list[str]:

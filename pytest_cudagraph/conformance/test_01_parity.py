@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from pytest_cudagraph.conformance.catalog import given
+from pytest_cudagraph.conformance.diagnosis import fail_naming_the_module
 from pytest_cudagraph.conformance.judging import Lockstep, case_in_key, real
 from pytest_cudagraph.conformance.progress import CheckProgress
 from pytest_cudagraph.conformance.protocol import CudaGraphTarget, Inputs, State
@@ -65,8 +66,9 @@ def test_parity(
                 cases,
                 tolerance=target.tolerance,
             )
-        except pytest.fail.Exception as failure:  # the parity fixture failed the outputs
-            raise AssertionError("\n".join([str(failure), *lockstep.problems()])) from None
+        except pytest.fail.Exception as failure:  # the outputs differ: one case of each key
+            found = AssertionError("\n".join([str(failure), *lockstep.problems()]))
+            fail_naming_the_module(target, cases[::per_key], found)
     record_figure(
         f"{result.checked} cases over {len(keys)} keys, {target.describe_tolerance()}"
         + (f"; {state}" if state else "")

@@ -1,6 +1,7 @@
 """The adapters used wrongly, one way each, to show that the checks meant for those mistakes
 fail: a small MLP (examples/tiny_model.py) through ``compiled`` and ``graphed_callables`` with a
-declared output lifetime the graphs do not keep, or a model inductor will not graph. Use as
+declared output lifetime the graphs do not keep, a model inductor will not graph, or a layer
+of the graphed side that computes otherwise. Use as
 ``--cudagraph-target broken_adapters:<factory>`` with this folder importable."""
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from examples.tiny_model import make_model
 from torch import Tensor, nn
 
 from pytest_cudagraph.conformance import (
@@ -19,6 +19,7 @@ from pytest_cudagraph.conformance import (
     compiled,
     graphed_callables,
 )
+from pytest_cudagraph.examples.tiny_model import make_model
 
 KEYS = [(1, 32), (2, 32), (4, 64), (8, 64)]  # (batch, seq)
 
@@ -66,3 +67,14 @@ class CleansItsInput(nn.Module):
 def compiled_graph_skipped(device: torch.device) -> CudaGraphTarget:
     """A model inductor will not graph (it mutates its input): it runs without graphs, silently."""
     return mlp_target(compiled, device, model=CleansItsInput(make_model(device)))
+
+
+def graphed_layer_off(device: torch.device) -> CudaGraphTarget:
+    """The graphed side's second linear layer (module "2") scaled after the eager side was
+    copied from it: parity fails, and the diagnosis names that module, the first that differs."""
+    target = mlp_target(graphed_callables, device)
+    assert target.state is not None and target.state.sides is not None
+    _, graphed_model = target.state.sides()
+    with torch.no_grad():
+        graphed_model[2].weight.mul_(1.5)
+    return target

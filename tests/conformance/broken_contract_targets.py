@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from examples import bucket_runner_target, decode_step_target
-from examples.bucket_runner import VOCAB, BucketRunner
 from torch import Tensor
 
 from pytest_cudagraph.conformance import Case, CudaGraphTarget, Guards, Tolerance, hand_written
 from pytest_cudagraph.engines.units import MiB
+from pytest_cudagraph.examples import bucket_runner_target, decode_step_target
+from pytest_cudagraph.examples.bucket_runner import VOCAB, BucketRunner
 
 # CPU twins: the checks that run without CUDA fail them.
 

@@ -27,11 +27,11 @@ import threading
 from collections.abc import Callable
 
 import torch
-from examples import decode_token_target
-from examples.decode_model import MAX_SEQ, VOCAB, decode_one_token, make_model
 from torch import Tensor, nn
 
 from pytest_cudagraph.conformance import Cache, Case, CudaGraphTarget, State, hand_written
+from pytest_cudagraph.examples import decode_token_target
+from pytest_cudagraph.examples.decode_model import MAX_SEQ, VOCAB, decode_one_token, make_model
 
 KEY = (1, 1)  # one token of one sequence
 

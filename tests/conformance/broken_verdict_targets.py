@@ -18,11 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from examples.encoder_cache import EncoderGraphCache, Entry
-from examples.hand_written_target import make_target as make_encoder_target
 from torch import Tensor
 
 from pytest_cudagraph.conformance import CudaGraphTarget
+from pytest_cudagraph.examples.encoder_cache import EncoderGraphCache, Entry
+from pytest_cudagraph.examples.hand_written_target import make_target as make_encoder_target
 from reasyn_ref import ARSampler, ARStep
 from reasyn_ref.graph_cache import GraphCache, GraphEntry
 from reasyn_ref.targets.reference import ReferenceTarget

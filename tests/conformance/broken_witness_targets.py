@@ -22,11 +22,11 @@ import threading
 from collections.abc import Callable
 
 import torch
-from examples import piecewise_runner_target
-from examples.piecewise_runner import Piece, PiecewiseRunner, make_layers
 from torch import Tensor, nn
 
 from pytest_cudagraph.conformance import Cache, Case, CudaGraphTarget, hand_written
+from pytest_cudagraph.examples import piecewise_runner_target
+from pytest_cudagraph.examples.piecewise_runner import Piece, PiecewiseRunner, make_layers
 
 WIDTH = 32
 SHAPES = [(2, WIDTH), (4, WIDTH)]  # x of (rows, width): a key each

@@ -29,9 +29,6 @@ import threading
 import weakref
 
 import torch
-from examples import bucket_runner_target, graphed_layer_target, hand_written_target
-from examples.bucket_runner import BUCKETS, BucketRunner
-from examples.encoder_cache import D_MODEL, EncoderGraphCache, Entry, make_encoder
 from torch import Tensor, nn
 
 from pytest_cudagraph.conformance import (
@@ -45,6 +42,13 @@ from pytest_cudagraph.conformance import (
     hand_written,
 )
 from pytest_cudagraph.conformance.adapters import Draw
+from pytest_cudagraph.examples import (
+    bucket_runner_target,
+    graphed_layer_target,
+    hand_written_target,
+)
+from pytest_cudagraph.examples.bucket_runner import BUCKETS, BucketRunner
+from pytest_cudagraph.examples.encoder_cache import D_MODEL, EncoderGraphCache, Entry, make_encoder
 from reasyn_ref import ARStep
 from reasyn_ref.graph_cache import GraphCache, GraphEntry
 from reasyn_ref.targets.reference import ReferenceTarget

@@ -1,6 +1,6 @@
 """Running a conformance check as a plain function on the CPU: a small target to vary, and the
 fixtures a check asks for, stood in for (torch.cuda.CUDAGraph's shape for capture and replay
-counts, a progress that says nothing)."""
+counts, a progress that says nothing, errors explained with the user's frames, no account)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from graph_stand_ins import StandInGraph
 from torch import Tensor
 
 from pytest_cudagraph.conformance import Case, CudaGraphTarget
+from pytest_cudagraph.conformance.loading import explained
 from pytest_cudagraph.engines.captures import CaptureCounter
 
 CPU = torch.device("cpu")
@@ -50,5 +51,9 @@ def run(check: Callable[..., None], target: CudaGraphTarget, **fixtures: object)
         fixtures.setdefault("target_factory", None)
     if "progress" in wanted:
         fixtures.setdefault("progress", lambda where: None)
+    if "explain" in wanted:
+        fixtures.setdefault("explain", explained)
+    if "record_account" in wanted:
+        fixtures.setdefault("record_account", lambda ran, gpu_skips: None)
     check(target, **fixtures, record_figure=figures.append)
     return figures

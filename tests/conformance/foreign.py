@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import torch
 from broken_targets import LockKeptOnError
-from examples.encoder_cache import EncoderGraphCache, Entry
-from examples.hand_written_target import make_target
 from torch import Tensor
 
 from pytest_cudagraph.conformance import CudaGraphTarget
+from pytest_cudagraph.examples.encoder_cache import EncoderGraphCache, Entry
+from pytest_cudagraph.examples.hand_written_target import make_target
 
 __all__ = ["baked_gain", "lock_kept_on_error", "make_target", "static_output", "unlocked"]
 

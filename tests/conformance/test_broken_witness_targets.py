@@ -162,7 +162,7 @@ def test_inputs_unchanged_fails_the_kept_inputs_whatever_ran_before(
     [
         ("broken_witness_targets:unread_recordings", "no rebound tensors", "rebound_tensors"),
         ("broken_witness_targets:piecewise", "captures", "captures"),
-        ("examples.piecewise_runner_target:make_target", "captures", "captures"),
+        ("pytest_cudagraph.examples.piecewise_runner_target:make_target", "captures", "captures"),
     ],
 )
 def test_the_correct_twins_pass_their_check(

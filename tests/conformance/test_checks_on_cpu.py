@@ -50,6 +50,10 @@ from pytest_cudagraph.engines.memory import MemorySample
 from pytest_cudagraph.engines.parity import ParityChecker, ParityResult
 from pytest_cudagraph.engines.units import MiB
 
+Failed = (
+    pytest.fail.Exception
+)  # how the target's own checks fail: the user's code, no source of ours
+
 
 def sample(inputs: dict[str, Tensor]) -> Tensor:
     """Code that samples: noise from torch's global generator."""
@@ -66,16 +70,67 @@ def rows(inputs: dict[str, Tensor]) -> int:
 
 def test_the_dry_run_fails_a_target_whose_eager_side_raises_on_every_call() -> None:
     run(test_00_target.test_dry_run, cpu_target())
-    with pytest.raises(
-        AssertionError, match=r"3 of 3 dry calls failed:\n\s*case 0: KeyError: 'ids'"
-    ):
+    with pytest.raises(Failed) as failure:
         run(test_00_target.test_dry_run, cpu_target(eager=lambda inputs: inputs["ids"]))
+    lines = str(failure.value).splitlines()
+    assert lines[:2] == [
+        "the dry run failed on 3 of 3 keys:",
+        "case 0: eager on case 0: key 2, repeat 0; inputs x float32[2, 4] raised KeyError: 'ids'",
+    ]
+    # Each key raised in the same frames: shown once.
+    assert lines.count("Traceback (your code):") == 1
+    assert lines[-1] == (
+        "case 2: eager on case 2: key 4, repeat 0; inputs x float32[4, 4] raised KeyError: 'ids' "
+        "(the same frames as above)"
+    )
+
+
+def test_the_dry_run_counts_keys_not_problems() -> None:
+    """Two problems on one key (eager's answer changes with the call, and graphed differs)
+    are one key of one that failed."""
+    calls = []
+
+    def counting(inputs: dict[str, Tensor]) -> Tensor:
+        calls.append(1)
+        return inputs["x"] * len(calls)
+
+    with pytest.raises(Failed, match=r"^the dry run failed on 1 of 1 keys:\ncase 0: "):
+        run(test_00_target.test_dry_run, cpu_target(eager=counting, keys=[2]))
+
+
+def test_the_dry_run_fails_an_eager_side_that_returns_nothing() -> None:
+    with pytest.raises(
+        Failed,
+        match=r"eager on case 0: key 2, repeat 0; .* returned NoneType, no tensor \(a forgotten return\?\)",
+    ):
+        run(test_00_target.test_dry_run, cpu_target(eager=lambda inputs: None))
+
+
+def test_the_dry_run_fails_an_eager_side_whose_state_leaks_from_call_to_call() -> None:
+    """Each call adds what the last call of another shape left: case 0 alone, twice in a row,
+    agrees with itself; after the other keys it does not."""
+    left = {"rows": 0}
+
+    def leaking(inputs: dict[str, Tensor]) -> Tensor:
+        rows = inputs["x"].shape[0]
+        output = inputs["x"] * 2 + (left["rows"] if left["rows"] != rows else 0)
+        left["rows"] = rows
+        return output
+
+    with pytest.raises(
+        Failed,
+        match=r"case 0: eager's answer on case 0: key 2, repeat 0 changed after calls of the other keys \(state carried",
+    ):
+        run(test_00_target.test_dry_run, cpu_target(eager=leaking, graphed=None))
 
 
 def test_the_dry_run_calls_a_graphed_side_that_runs_on_the_cpu() -> None:
     figures = run(test_00_target.test_dry_run, cpu_target())
     assert figures == ["eager and graphed once on each of 3 keys (graphed runs without CUDA)"]
-    with pytest.raises(AssertionError, match=r"case 1: graphed: output at index \(0, 0\)"):
+    with pytest.raises(
+        Failed,
+        match=r"case 1: graphed on case 1: key 3, repeat 0; inputs x float32\[3, 4\]: output at",
+    ):
         run(test_00_target.test_dry_run, cpu_target(graphed=lambda inputs: inputs["x"] * 3))
     assert run(test_00_target.test_dry_run, cpu_target(graphed=None)) == [
         "eager once on each of 3 keys"
@@ -85,23 +140,23 @@ def test_the_dry_run_calls_a_graphed_side_that_runs_on_the_cpu() -> None:
 def test_the_dry_run_fails_an_eager_side_no_seed_reaches() -> None:
     own = torch.Generator().manual_seed(0)
     unseeded = cpu_target(eager=lambda inputs: inputs["x"] + torch.rand(1, generator=own))
-    with pytest.raises(AssertionError, match=r"is not reproducible under one seed"):
+    with pytest.raises(Failed, match=r"is not reproducible under one seed .*first eager call"):
         run(test_00_target.test_dry_run, unseeded)
     run(test_00_target.test_dry_run, cpu_target(eager=sample, graphed=sample))  # seeded: alike
 
 
 def test_the_dry_run_fails_a_contract_that_does_not_fit_the_outputs() -> None:
-    with pytest.raises(AssertionError, match=r"tolerance names parts \['logits'\] of an output"):
+    with pytest.raises(Failed, match=r"tolerance names parts \['logits'\] of an output"):
         run(test_00_target.test_dry_run, cpu_target(tolerance={"logits": Tolerance(atol=1)}))
     pair = cpu_target(
         eager=lambda inputs: {"logits": inputs["x"]},
         graphed=lambda inputs: {"logits": inputs["x"]},
         real_part=lambda inputs: {"cache": slice(0, 1)},
     )
-    with pytest.raises(AssertionError, match=r"real_part names part 'cache', not in the output"):
+    with pytest.raises(Failed, match=r"real_part names part 'cache', not in the output"):
         run(test_00_target.test_dry_run, pair)
     too_many = replace(pair, real_part=lambda inputs: (0, 0, 0))
-    with pytest.raises(AssertionError, match=r"real_part does not index the output"):
+    with pytest.raises(Failed, match=r"real_part does not index the output"):
         run(test_00_target.test_dry_run, too_many)
 
 
@@ -130,8 +185,118 @@ def test_real_shapes_may_vary_inside_a_key_from_case_to_case_not_from_draw_to_dr
         return {"x": torch.randn(rows, 4, generator=generator)}
 
     by_draw = replace(by_case, draw=rows_by_draw)
-    with pytest.raises(AssertionError, match=r"changes shape or dtype between draws"):
+    with pytest.raises(Failed, match=r"changes shape or dtype between draws"):
         run(test_00_target.test_target_contract, by_draw)
+
+
+def test_the_contract_fails_a_draw_that_ignores_its_generator() -> None:
+    """Drawn from torch's global generator: each draw differs, under one seed too. The dry run
+    must not blame eager for it."""
+
+    def global_draw(generator: torch.Generator, case: Case) -> dict[str, Tensor]:
+        return {"x": torch.randn(case.key, 4)}
+
+    with pytest.raises(
+        Failed,
+        match=r"draw ignores its generator: two draws of case 0: key 2, repeat 0 under one seed differ in x",
+    ):
+        run(test_00_target.test_target_contract, cpu_target(draw=global_draw))
+
+    def constant(generator: torch.Generator, case: Case) -> dict[str, Tensor]:
+        return {"x": torch.randn(case.key, 4, generator=generator), "mask": torch.ones(case.key)}
+
+    with pytest.raises(
+        Failed, match=r"draw ignores its generator for input 'mask': the same values in 4 draws"
+    ):
+        run(test_00_target.test_target_contract, cpu_target(draw=constant))
+
+
+def test_the_dry_run_blames_a_draw_that_ignores_its_generator_not_eager() -> None:
+    def global_draw(generator: torch.Generator, case: Case) -> dict[str, Tensor]:
+        return {"x": torch.randn(case.key, 4)}
+
+    with pytest.raises(Failed) as failure:
+        run(test_00_target.test_dry_run, cpu_target(draw=global_draw))
+    assert str(failure.value).splitlines() == [
+        "the dry run failed on 3 of 3 keys:",
+        *(
+            f"case {case}: draw ignores its generator: two draws of case {case}: key {key}, "
+            "repeat 0 under one seed differ in x"
+            for case, key in enumerate(KEYS)
+        ),
+    ]
+
+
+def test_the_contract_fails_a_constant_all_nan_input() -> None:
+    """NaN is not equal to NaN: compared naively, a constant NaN input "varies"."""
+
+    def nan_input(generator: torch.Generator, case: Case) -> dict[str, Tensor]:
+        x = torch.randn(case.key, 4, generator=generator)
+        return {"x": x, "junk": torch.full((case.key,), float("nan"))}
+
+    with pytest.raises(Failed, match=r"input 'junk': the same values \(all NaN\) in 4 draws"):
+        run(test_00_target.test_target_contract, cpu_target(draw=nan_input))
+
+
+def test_colliding_keys_are_described_in_the_users_names() -> None:
+    target = cpu_target(
+        keys=[16, 32],
+        draw=lambda g, case: {"x": torch.randn(case.key, generator=g)},
+        key_of=lambda inputs: inputs["x"].shape[0] > 8,
+    )
+    with pytest.raises(Failed) as failure:
+        run(test_00_target.test_target_contract, target)
+    message = str(failure.value)
+    assert message.startswith(
+        "key_of gives True for a draw of keys[0] = 16 and for one of keys[1] = 32: key_of must "
+        "tell the keys apart"
+    )
+    assert "num_keys" not in message
+
+
+@pytest.mark.parametrize(
+    ("changes", "call", "error"),
+    [
+        (
+            {
+                "draw": lambda g, case: {
+                    "x": torch.randn(case.key, generator=g) * (1 / (2 - case.number))
+                }
+            },
+            "draw(generator, case 2: key 4, repeat 0)",
+            "ZeroDivisionError",
+        ),
+        (
+            {"key_of": lambda inputs: [2] if inputs["x"].shape[0] == 4 else 0},
+            "key_of(inputs of case 2: key 4, repeat 0)",
+            None,
+        ),
+        (
+            {
+                "draw": lambda g, case: (
+                    {"x": torch.randn(case.key, generator=g)} if case.number < 2 else exit(3)
+                )
+            },
+            "draw(generator, case 2: key 4, repeat 0)",
+            "SystemExit: 3",
+        ),
+    ],
+    ids=["draw divides by zero", "unhashable key", "draw exits"],
+)
+def test_a_field_that_fails_on_a_later_case_is_named_with_the_case_and_the_users_frame(
+    changes: dict[str, object], call: str, error: str | None
+) -> None:
+    with pytest.raises(Failed) as failure:
+        run(test_00_target.test_target_contract, cpu_target(**changes))
+    lines = str(failure.value).splitlines()
+    if error is None:  # a value returned: no frame raised it
+        assert lines == [
+            f"{call} returned list [2], which cannot be a key: TypeError: unhashable type: 'list'"
+        ]
+        return
+    assert lines[0].startswith(f"{call} raised {error}")
+    assert lines[1] == "Traceback (your code):"
+    assert lines[2].startswith(f'  File "{__file__}", line ')
 
 
 # Comparing checks: one seed for both sides

@@ -88,14 +88,16 @@ def test_a_dotted_factory_is_found(factories: types.ModuleType) -> None:
     assert build_target("fake_targets:namespace.make", CPU).num_keys == 4
 
 
-def test_a_factory_that_raises_is_reported_with_its_error(factories: types.ModuleType) -> None:
+def test_a_factory_that_raises_is_reported_with_its_whole_error(
+    factories: types.ModuleType,
+) -> None:
     def factory(device: torch.device) -> CudaGraphTarget:
-        raise RuntimeError("no GPU for you\nand a second line the report leaves out")
+        raise RuntimeError("no GPU for you\nand a second line, the shapes say")
 
     with pytest.raises(
         TargetError,
         match=r"^conformance target 'fake_targets:factory': the factory raised RuntimeError: "
-        r"no GPU for you$",
+        r"no GPU for you\nand a second line, the shapes say$",
     ) as error:
         build_with(factories, factory)
     # Kept, so that the user's own traceback can be shown.
@@ -230,25 +232,162 @@ def test_a_module_in_the_rootdir_imports_without_being_on_sys_path(
 
 
 @pytest.mark.parametrize(
-    ("source", "problem"),
+    ("source", "problem", "line"),
     [
-        ("def broken(:\n", "importing 'import_fails' failed: SyntaxError: invalid syntax"),
-        ("raise RuntimeError('no config\\nsecond line')\n", "failed: RuntimeError: no config"),
-        ("import sys\nsys.exit(3)\n", "importing 'import_fails' failed: SystemExit: 3"),
-        ("import no_such_dependency_here\n", "No module named 'no_such_dependency_here'"),
+        (
+            "def broken(:\n",
+            "importing 'import_fails' failed: SyntaxError: invalid syntax (import_fails.py, line 1)",
+            None,
+        ),
+        (
+            "import os\nraise RuntimeError('no config\\nsecond line')\n",
+            "importing 'import_fails' failed: RuntimeError: no config\nsecond line",
+            2,
+        ),
+        ("import sys\nsys.exit(3)\n", "importing 'import_fails' failed: SystemExit: 3", 2),
+        (
+            "import no_such_dependency_here\n",
+            "importing 'import_fails' failed: ModuleNotFoundError: No module named "
+            "'no_such_dependency_here'",
+            1,
+        ),
     ],
 )
-def test_any_error_while_importing_is_one_line_naming_it(
-    pytester: pytest.Pytester, source: str, problem: str
+def test_an_error_while_importing_is_shown_whole_at_the_users_line(
+    pytester: pytest.Pytester, source: str, problem: str, line: int | None
 ) -> None:
     pytester.makepyfile(import_fails=source)
     with pytest.raises(TargetError) as error:
         load_factory("import_fails:make", search_paths=[pytester.path])
-    message = str(error.value)
-    assert message.startswith("conformance target 'import_fails:make': ")
-    assert problem in message
-    assert "\n" not in message
     sys.modules.pop("import_fails", None)
+    assert str(error.value) == f"conformance target 'import_fails:make': {problem}"
+    if line is not None:  # a SyntaxError has no frame of the module: it never ran
+        shown = loading.explained(error.value).splitlines()
+        at = shown.index("Traceback (your code):")
+        path = pytester.path / "import_fails.py"
+        assert shown[at + 1] == f'  File "{path}", line {line}, in <module>'
+        assert "left out: --tb=long shows every frame" in shown[-1]
+
+
+@pytest.mark.parametrize(
+    ("spec", "suggestion"),
+    [
+        ("fake_targets:namespace.mkae", "did you mean 'make'?"),
+        ("fake_targets:factroy", "did you mean 'factory'?"),
+        (
+            "tests/mine.py:make",
+            "'tests/mine.py' is a path; give a module name as an import "
+            "statement names it: tests.mine:make, or mine:make with tests on sys.path (the ini's "
+            "pythonpath)",
+        ),
+        ("mine.py:make", "give a module name as an import statement names it: mine:make"),
+    ],
+)
+def test_a_misspelt_spec_gets_a_suggestion(
+    factories: types.ModuleType, spec: str, suggestion: str
+) -> None:
+    factories.factory = lambda device: minimal_target()
+    with pytest.raises(TargetError) as error:
+        load_factory(spec)
+    assert str(error.value).endswith(suggestion)
+
+
+def test_a_misspelt_installed_name_gets_a_suggestion(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_installed(monkeypatch, {"reasyn": "a:b", "reasyn-kv": "a:c"})
+    with pytest.raises(TargetError, match=r"did you mean 'reasyn' or 'reasyn-kv'\?$"):
+        load_factory("reasin")
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Tried to instantiate dummy base class CUDAGraph",
+        "Torch not compiled with CUDA enabled",
+        "No CUDA GPUs are available".replace("No", "no"),
+    ],
+)
+def test_a_factory_that_uses_cuda_when_called_for_the_cpu_is_told_the_rule(
+    factories: types.ModuleType, message: str
+) -> None:
+    def factory(device: torch.device) -> CudaGraphTarget:
+        raise RuntimeError(message)
+
+    with pytest.raises(TargetError) as error:
+        build_with(factories, factory)
+    assert str(error.value).splitlines()[1:] == [
+        "The factory is called with the CPU (cpu) when CUDA is missing: build the graphs only "
+        "when device.type == 'cuda' and give graphed=None otherwise (docs/own-graphs.md)"
+    ]
+
+
+def test_a_cuda_graph_built_on_the_cpu_at_start_up_is_told_the_rule(
+    factories: types.ModuleType,
+) -> None:
+    """What torch itself raises when runner code builds a CUDA graph without CUDA."""
+    if torch.cuda.is_available():
+        pytest.skip("torch.cuda.CUDAGraph() works here: the CPU build's error cannot be made")
+
+    def factory(device: torch.device) -> CudaGraphTarget:
+        torch.cuda.CUDAGraph()
+        return minimal_target()
+
+    with pytest.raises(TargetError, match=r"build the graphs only when device.type == 'cuda'"):
+        build_with(factories, factory)
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        (
+            {"key_of": lambda inputs: inputs["x"][:1]},
+            r"key_of\(inputs of case 0: key 1, repeat 0\) returned a tensor \(Tensor tensor",
+        ),
+        (
+            {"key_of": lambda inputs: object()},
+            r"key_of\(inputs of case 0: key 1, repeat 0\) gave two keys for two draws of one "
+            r"case \(object <object object at .*>, then object <object .*>\): a key must be a "
+            r"plain value that compares equal",
+        ),
+        (
+            {"key_of": lambda inputs: float("nan")},
+            r"key_of\(inputs of case 0: key 1, repeat 0\) returned float nan, which is not equal "
+            r"to itself \(NaN\)",
+        ),
+        (
+            {"key_of": lambda inputs: ["x"]},
+            r"key_of\(inputs of case 0: key 1, repeat 0\) returned list \['x'\], which cannot be "
+            r"a key: TypeError: unhashable type: 'list'",
+        ),
+        (
+            {"key_of": lambda inputs: sys.exit(2)},
+            r"key_of\(inputs of case 0: key 1, repeat 0\) raised SystemExit: 2",
+        ),
+        (
+            {"draw": lambda g, case: sys.exit(2)},
+            r"draw\(generator, case 0: key 1, repeat 0\) raised SystemExit: 2",
+        ),
+        (
+            {"draw": lambda g, case: None},
+            r"draw\(generator, case 0: key 1, repeat 0\) returned NoneType \(a forgotten return\?\)",
+        ),
+    ],
+    ids=[
+        "tensor key",
+        "object key",
+        "NaN key",
+        "list key",
+        "key_of exits",
+        "draw exits",
+        "no return",
+    ],
+)
+def test_a_draw_or_key_that_cannot_work_is_named_before_any_check(
+    factories: types.ModuleType, changes: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(
+        TargetError, match=rf"^conformance target 'fake_targets:factory': {problem}"
+    ):
+        build_with(factories, lambda device: minimal_target(**changes))
 
 
 def run_configured(pytester: pytest.Pytester, *args: str) -> pytest.Config:
@@ -264,12 +403,14 @@ def test_the_spec_comes_from_option_then_env_then_ini(
     pytester.makeini("[pytest]\ncudagraph_target = fake_targets:namespace.make\n")
     assert chosen_target_spec(run_configured(pytester)) == "fake_targets:namespace.make"
     monkeypatch.setenv("PYTEST_CUDAGRAPH_TARGET", "fake_targets:NOT_CALLABLE")
-    # The session's choice, loaded at configure time: a bad one is a usage error.
+    # Loaded at configure time where the session runs the suite: a bad one is a usage error
+    # there, and nowhere else (a shared ini or environment must not stop unrelated runs).
+    assert chosen_target_spec(run_configured(pytester)) == "fake_targets:NOT_CALLABLE"
     with pytest.raises(
         pytest.UsageError,
         match=r"^conformance target 'fake_targets:NOT_CALLABLE': NOT_CALLABLE is a int",
     ):
-        run_configured(pytester)
+        run_configured(pytester, "--pyargs", "pytest_cudagraph.conformance")
     assert chosen_target_spec(run_configured(pytester, "--cudagraph-target", "reasyn")) == "reasyn"
 
 
@@ -350,7 +491,18 @@ def test_a_factory_that_fails_errors_only_the_tests_using_it(
     result.assert_outcomes(passed=2, errors=2)
     output = result.stdout.str()
     assert "AssertionError" not in output and "INTERNALERROR" not in output
-    assert "Traceback" not in output, "the traceback is shown only when asked for"
+    # By default the user's own frames only, and how to see the rest.
+    source = user_project.path / "unbuildable.py"
+    result.stdout.fnmatch_lines(
+        [
+            "Traceback (your code):",
+            f'  File "{source}", line *, in {factory}',
+            "  (1 frame of Python, torch, pytest and pytest-cudagraph left out: --tb=long shows "
+            "every frame)",
+        ]
+    )
+    assert "Traceback (most recent call last)" not in output
+    assert "in build_target" not in output
 
 
 @pytest.mark.parametrize("asked", [["--tb=long"], ["--tb=native"], ["--full-trace"]])
@@ -393,19 +545,22 @@ def raising(error: Exception) -> Callable[[object], object]:
     [
         (
             {"draw": lambda generator, case: ["x"]},  # names alone are no inputs
-            "draw(generator, case 0) returned list; it must return a dict of input name -> value",
+            "draw(generator, case 0: key 1, repeat 0) returned list; it must return a dict of "
+            "input name -> value",
         ),
         (
             {"draw": lambda generator, case: {0: torch.zeros(3)}},
-            "draw(generator, case 0) returned dict; it must return a dict of input name -> value",
+            "draw(generator, case 0: key 1, repeat 0) returned dict; it must return a dict of "
+            "input name -> value",
         ),
         (
             {"key_of": lambda inputs: [3]},
-            "key_of(case 0's inputs) returned an unhashable list: [3]",
+            "key_of(inputs of case 0: key 1, repeat 0) returned list [3], which cannot be a key: "
+            "TypeError: unhashable type: 'list'",
         ),
         (
             {"key_of": raising(IndexError("no dim 2\nsecond line"))},
-            "key_of(case 0's inputs) raised IndexError: no dim 2",
+            "key_of(inputs of case 0: key 1, repeat 0) raised IndexError: no dim 2\nsecond line",
         ),
     ],
 )

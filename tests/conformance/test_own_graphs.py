@@ -1,5 +1,5 @@
 """Checking one's own CUDA-graph code: the adapters (pytest_cudagraph.conformance.adapters), the examples of
-docs/own-graphs.md (examples/), the foreign target and the broken twins of each.
+docs/own-graphs.md (pytest_cudagraph.examples), the foreign target and the broken twins of each.
 
 On the CPU: the adapters' input checks and skip report, the docs showing exactly the example
 files, and each example passing the checks that need no GPU. On a GPU: each example and the
@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
-from suite_runner import HERE, REPO_ROOT, table_verdicts
+from suite_runner import REPO_ROOT, table_verdicts
 from torch import nn
 
+from pytest_cudagraph import examples
 from pytest_cudagraph.conformance import (
     EXACT,
     NEXT_CALL,
@@ -34,16 +36,20 @@ from pytest_cudagraph.conformance.adapters import INDUCTOR_SKIP_LOGGER, input_sh
 from pytest_cudagraph.skips import needs_cuda
 
 CPU = torch.device("cpu")
+EXAMPLES_FOLDER = Path(examples.__file__).parent  # shipped in the plugin's wheel
 # The shapes of CUDA-graph code (each in at most 30 lines of target code), and the
 # hand-written cache the foreign target and its twins are made of.
 EXAMPLES = {
-    "decode_step_target": "examples.decode_step_target:make_target",
-    "decode_token_target": "examples.decode_token_target:make_target",
-    "bucket_runner_target": "examples.bucket_runner_target:make_target",
-    "graphed_layer_target": "examples.graphed_layer_target:make_target",
-    "hand_written_target": "examples.hand_written_target:make_target",
-    "piecewise_runner_target": "examples.piecewise_runner_target:make_target",
+    "decode_step_target": "pytest_cudagraph.examples.decode_step_target:make_target",
+    "decode_token_target": "pytest_cudagraph.examples.decode_token_target:make_target",
+    "bucket_runner_target": "pytest_cudagraph.examples.bucket_runner_target:make_target",
+    "graphed_layer_target": "pytest_cudagraph.examples.graphed_layer_target:make_target",
+    "hand_written_target": "pytest_cudagraph.examples.hand_written_target:make_target",
+    "piecewise_runner_target": "pytest_cudagraph.examples.piecewise_runner_target:make_target",
+    "hf_static_cache_target": "pytest_cudagraph.examples.hf_static_cache_target:make_target",
 }
+# The examples that need an extra installed: its name.
+EXTRAS = {EXAMPLES["hf_static_cache_target"]: "transformers"}
 SHAPES = (
     "decode_step_target",
     "decode_token_target",
@@ -330,14 +336,14 @@ def test_the_docs_show_exactly_the_example_files_with_their_line_counts() -> Non
     shown = {match["name"]: match for match in DOCS_BLOCK.finditer(docs)}
     assert set(shown) == set(EXAMPLES)
     for name, match in shown.items():
-        source = (HERE / "examples" / f"{name}.py").read_text(encoding="utf-8")
+        source = (EXAMPLES_FOLDER / f"{name}.py").read_text(encoding="utf-8")
         assert match["code"] == source, name
         assert int(match["lines"]) == len(source.splitlines()), name
 
 
 @pytest.mark.parametrize("name", SHAPES)
 def test_each_shape_of_graph_code_takes_at_most_30_lines_of_target_code(name: str) -> None:
-    source = (HERE / "examples" / f"{name}.py").read_text(encoding="utf-8")
+    source = (EXAMPLES_FOLDER / f"{name}.py").read_text(encoding="utf-8")
     assert len(source.splitlines()) <= MAX_LINES
 
 
@@ -353,7 +359,12 @@ def test_each_example_passes_the_checks_that_need_no_gpu(
     run_suite: Callable[..., pytest.RunResult], monkeypatch: pytest.MonkeyPatch, spec: str
 ) -> None:
     """Its contract, and a dry run of its code on the CPU: the eager side of every key (and the
-    compiled example's graphed side, compiled without CUDA graphs)."""
+    compiled examples' graphed side, compiled without CUDA graphs)."""
+    extra = EXTRAS.get(spec)
+    if extra is not None:
+        pytest.importorskip(
+            extra, reason=f"{extra} is not installed (pip install 'pytest-cudagraph[{extra}]')"
+        )
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     result = run_suite("--cudagraph-target", spec)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
@@ -394,6 +405,7 @@ MUST_PASS = {
     EXAMPLES["bucket_runner_target"]: ALL_CODE,
     EXAMPLES["graphed_layer_target"]: ALL_CODE | {"concurrency", "bounded memory"},
     EXAMPLES["piecewise_runner_target"]: ALL_CODE,
+    EXAMPLES["hf_static_cache_target"]: ALL_CODE | {"concurrency", "graphs not skipped"},
 }
 # twin -> (the check meant for its fault, checks that must fail on one GPU, checks that may fail
 # too: those whose verdict on this twin the GPU runs have not settled yet).
@@ -461,6 +473,9 @@ CRASHES_AT_EXIT = {"broken_adapters:compiled_outputs_claimed_owned": -11}
 def test_each_example_passes_the_suite_on_a_gpu(
     run_suite: Callable[..., pytest.RunResult], spec: str
 ) -> None:
+    extra = EXTRAS.get(spec)
+    if extra is not None:
+        pytest.importorskip(extra, reason=f"{extra} is not installed")
     result = run_suite("--cudagraph-target", spec)
     verdicts = table_verdicts(result)
     assert not failed_checks(result), result.stdout.str()
@@ -481,3 +496,16 @@ def test_a_broken_twin_fails_the_checks_meant_for_its_fault(
     assert intended in failed, result.stdout.str()
     assert must_fail <= failed <= must_fail | may_fail, result.stdout.str()
     assert result.ret in (pytest.ExitCode.TESTS_FAILED, CRASHES_AT_EXIT.get(spec)), result.ret
+
+
+@needs_cuda
+def test_a_parity_failure_names_the_first_module_whose_output_differs(
+    run_suite: Callable[..., pytest.RunResult],
+) -> None:
+    """The diagnostic capture: copies of each module's output recorded into the graph and
+    replayed with it, compared with eager's; the layer the twin scaled is the first to differ."""
+    result = run_suite("--cudagraph-target", "broken_adapters:graphed_layer_off", "-k", "parity")
+    assert failed_checks(result) == {"parity"}, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*where the graph went wrong: case 0: the first module whose output differs is 2: *"]
+    )

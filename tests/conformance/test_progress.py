@@ -1,11 +1,15 @@
 """pytest_cudagraph.conformance.progress: when a long check says where it is, and where it says
-it (the terminal, past output capturing; nothing under -q or in xdist workers)."""
+it (the terminal, past output capturing; nothing under -q or in xdist workers); the dry run
+saying it on a slow target."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 from suite_runner import plugin_arguments
 
+from pytest_cudagraph.conformance.catalog import check_needs
 from pytest_cudagraph.conformance.progress import EVERY_S, QUIET_S, CheckProgress
 
 # Each test runs the suite to watch its progress lines (the README's test command leaves it out).
@@ -89,3 +93,42 @@ def test_quiet_under_q_and_in_xdist_workers(long_check: pytest.Pytester, quiet: 
     result.assert_outcomes(passed=2)
     assert "cudagraph: test_long" not in result.stdout.str()
     assert "cudagraph: bounded memory" not in result.stdout.str()
+
+
+SLOW_TARGET = """
+import time
+
+import torch
+
+from pytest_cudagraph.conformance import hand_written
+
+
+def slow_eager(inputs):
+    time.sleep(0.8)  # a compilation, a model's first call
+    return inputs["x"] * 2
+
+
+def make(device):
+    return hand_written(
+        device=device,
+        eager=slow_eager,
+        graphed=None,
+        keys=[1, 2, 3, 4, 5],
+        draw=lambda generator, case: {"x": torch.randn(case.key, generator=generator)},
+        key_of=lambda inputs: inputs["x"].shape[0],
+    )
+"""
+
+
+def test_the_dry_run_says_which_key_it_is_on(
+    run_suite: Callable[..., pytest.RunResult],
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    pytester.makepyfile(slow_target=SLOW_TARGET)
+    result = run_suite("--cudagraph-target", "slow_target:make", "-k", "dry_run")
+    result.assert_outcomes(passed=1, deselected=len(check_needs()) - 1)
+    result.stdout.fnmatch_lines(
+        ["cudagraph: dry run: eager on case ?: key ?, repeat 0 (? of 5 keys) (? s)"]
+    )

@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import pytest
 from results_schema import assert_valid_results
-from suite_runner import table_verdicts
+from suite_runner import plugin_arguments, table_verdicts
 
 from pytest_cudagraph import results
-from pytest_cudagraph.conformance import suite
+from pytest_cudagraph.conformance import loading, suite
 from pytest_cudagraph.conformance.suite import CheckRow, ConformanceTable, format_table
 from pytest_cudagraph.skips import NEEDS_CUDA
 
@@ -67,26 +67,51 @@ def test_cpu_checks_pass_and_gpu_checks_skip_saying_why(
     result = run_on_cpu("--cudagraph-target", "reasyn", *workers)
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=len(CPU_CHECKS), skipped=len(GPU_CHECKS))
-    assert table_verdicts(result) == {
-        **dict.fromkeys(CPU_CHECKS, "passed"),
-        **dict.fromkeys(GPU_CHECKS, "skipped"),
-    }
+    # The rows of the checks that need CUDA are collapsed into the account below the table.
+    assert table_verdicts(result) == dict.fromkeys(CPU_CHECKS, "passed")
     result.stdout.fnmatch_lines(
         [
             "conformance of reasyn (4 passed, 24 skipped):",
-            f"  parity * skipped * -  {NEEDS_CUDA}",
             "  guards * passed * 4 of 4 unsupported modes refused clearly",
             "  worker refusal * passed * graphs with 2 workers per GPU refused: *",
+            # The rows of the checks that need CUDA, collapsed into an account of the run.
+            f"  24 checks need CUDA and skipped ({NEEDS_CUDA}): parity, no baked inputs, *",
+            "Without CUDA no graph was captured, replayed or judged: *",
+            "Of your code, draw, key_of and eager ran (the dry run); your graphed side did not run.",
+            "On a GPU, 7 checks would still skip unless the factory gives there what the target "
+            "made for the CPU lacks: capture clean forward (needs capture_clean), bounded memory "
+            "(needs cache.capacity, cache.largest_key), *",
         ],
         consecutive=False,
     )
-    skipped_rows = [
-        line for line in result.stdout.lines if line.startswith("  ") and " skipped " in line
-    ]
-    assert len(skipped_rows) == len(GPU_CHECKS)
-    assert all(line.endswith(NEEDS_CUDA) for line in skipped_rows)
-    # Each skip counts, that of a check requesting no fixture of the plugin's too.
-    result.stdout.fnmatch_lines(["skips by reason:", f"  {len(GPU_CHECKS)} x {NEEDS_CUDA}"])
+    collapsed = next(line for line in result.stdout.lines if "checks need CUDA" in line)
+    assert collapsed.endswith(": " + ", ".join(sorted(GPU_CHECKS, key=collapsed.index)))
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+def test_the_json_keeps_every_row_and_the_account(
+    run_on_cpu: Callable[..., pytest.RunResult], pytester: pytest.Pytester, workers: list[str]
+) -> None:
+    run_on_cpu(
+        "--cudagraph-target",
+        "reasyn",
+        "-k",
+        "dry or parity or sampling",
+        *workers,
+        "--cudagraph-json=r.json",
+    )
+    document = json.loads((pytester.path / "r.json").read_text())
+    assert_valid_results(document)
+    conformance = document["conformance"]
+    verdicts = {row["check"]: (row["verdict"], row["reason"]) for row in conformance["rows"]}
+    assert verdicts == {
+        "dry run": ("passed", ""),
+        "parity": ("skipped", NEEDS_CUDA),
+        "identical sampling": ("skipped", NEEDS_CUDA),
+    }
+    assert conformance["account"]["ran"] == ["draw", "key_of", "eager"]
+    assert "identical sampling" not in conformance["account"]["gpu_skips"]  # reasyn samples
+    assert conformance["account"]["gpu_skips"]["state reset"] == ["state.reset"]
 
 
 def test_a_bad_spec_stops_the_run_before_it_starts(
@@ -132,8 +157,40 @@ def test_a_target_that_cannot_be_built_is_reported_once_and_no_check_runs(
     message = f"conformance target 'unbuildable:make': {problem}"
     error_lines = [line for line in result.stdout.lines if line == message]
     assert len(error_lines) == errors, result.stdout.str()
-    assert "Traceback" not in result.stdout.str()
+    assert "Traceback (most recent call last)" not in result.stdout.str()
     assert "INTERNALERROR" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("installed", "problem"),
+    [
+        ({}, "none chosen and none installed; give --cudagraph-target module:factory"),
+        (
+            {"a": "pa:make", "b": "pb:make"},
+            "none chosen and 2 installed (a, b); choose one with --cudagraph-target NAME",
+        ),
+    ],
+    ids=["none installed", "two installed"],
+)
+def test_a_suite_run_with_no_target_chosen_is_a_usage_error_like_a_bad_spec(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    installed: dict[str, str],
+    problem: str,
+) -> None:
+    """Before the run, with exit status 4, as a spec that cannot be loaded is."""
+    monkeypatch.delenv("PYTEST_CUDAGRAPH_TARGET", raising=False)
+    monkeypatch.setattr(loading, "installed_targets", lambda: installed)
+    result = pytester.runpytest_inprocess(
+        "--pyargs", "pytest_cudagraph.conformance", *plugin_arguments()
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: conformance target: {problem}"])
+    # Collecting the checks needs no target.
+    collected = pytester.runpytest_inprocess(
+        "--pyargs", "pytest_cudagraph.conformance", "--collect-only", "-q", *plugin_arguments()
+    )
+    assert collected.ret == pytest.ExitCode.OK
 
 
 def test_a_target_module_in_the_rootdir_imports_with_plain_pytest(

@@ -21,7 +21,7 @@ from pytest_cudagraph.engines.stack import parse_pinned_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
-EXAMPLES = ROOT / "tests" / "conformance" / "examples"
+EXAMPLES = ROOT / "pytest_cudagraph" / "examples"
 FOREIGN = ROOT / "tests" / "conformance" / "foreign.py"
 TARGET = re.compile(r"--cudagraph-target (\S+)")
 
@@ -157,11 +157,15 @@ def test_the_gpu_recipe_is_written_once_and_called_by_tox_and_the_gpu_job() -> N
 def test_the_gpu_recipe_runs_every_installed_target_and_example() -> None:
     targets = targets_of(gpu_recipe_steps())
     assert set(registered_targets("reasyn-ref")) <= targets
-    examples = {f"examples.{path.stem}:make_target" for path in EXAMPLES.glob("*_target.py")} - {
-        "examples.hand_written_target:make_target"
-    }
+    examples = {
+        f"pytest_cudagraph.examples.{path.stem}:make_target"
+        for path in EXAMPLES.glob("*_target.py")
+    } - {"pytest_cudagraph.examples.hand_written_target:make_target"}
     # The hand-written example runs as the foreign target, which is it.
-    assert "from examples.hand_written_target import make_target" in FOREIGN.read_text()
+    assert (
+        "from pytest_cudagraph.examples.hand_written_target import make_target"
+        in FOREIGN.read_text()
+    )
     assert examples | {"foreign:make_target", "my_graphs:make_target"} <= targets
     # Under xdist only with two GPUs or more, one worker each.
     assert "conformance-xdist" not in gpu_recipe_steps(GPUS="1")
@@ -238,7 +242,7 @@ def test_the_readme_and_docs_ci_name_the_torch_each_job_installs() -> None:
 
 def test_each_set_up_of_the_repository_installs_both_distributions() -> None:
     both = "-e . -e ./reasyn_ref"
-    assert '-e ".[test,lint]" -e ./reasyn_ref' in (ROOT / ".ci" / "run").read_text()
+    assert '-e ".[test,lint,transformers]" -e ./reasyn_ref' in (ROOT / ".ci" / "run").read_text()
     assert '-e ".[test]" -e ./reasyn_ref' in "\n".join(
         run_lines(load_workflow(WORKFLOWS / "gpu.yml"), "gpu")
     )

@@ -102,6 +102,8 @@ def test_the_plugin_wheel_holds_the_plugin_alone(built: Path) -> None:
     tops = {name.split("/", 1)[0] for name in names}
     assert {top for top in tops if not top.endswith(".dist-info")} == {"pytest_cudagraph"}
     assert "pytest_cudagraph/conformance/test_01_parity.py" in names  # the suite ships
+    # The own-graphs examples ship too, runnable from the install (docs/own-graphs.md).
+    assert "pytest_cudagraph/examples/graphed_layer_target.py" in names
     assert "pytest_cudagraph.targets" not in registered
 
 

@@ -52,6 +52,8 @@ WINGS = {
     "pytest_cudagraph.conformance.suite": "suite plugin",
     "pytest_cudagraph.conformance.conftest": "suite plugin",
     "pytest_cudagraph.conformance.progress": "suite plugin",
+    "pytest_cudagraph.conformance.diagnosis": "judging",
+    "pytest_cudagraph.examples": "examples",
     "pytest_cudagraph.cli": "tools",
     "pytest_cudagraph.report_markdown": "tools",
     "reasyn_ref": "reference",
@@ -73,6 +75,7 @@ MAY_IMPORT = {
     "checks": {"package", "engines", "pytest layer", *CONFORMANCE},
     "tools": {"package", "engines", "pytest layer", *CONFORMANCE, "tools"},
     "aliases": {"engines", "protocol", "loading", "aliases"},
+    "examples": {"conformance door", "examples"},
     "reference": {"reference"},
     "reference targets": {
         "package",

@@ -105,7 +105,7 @@ def test_the_conformance_command_runs_as_written(user_project: pytest.Pytester) 
     result.stdout.fnmatch_lines(
         [
             "conformance of my_graphs:make_target (*):",
-            "  target contract  * passed *",
+            "  target contract * passed *",
         ]
     )
     if torch.cuda.is_available():

@@ -1,7 +1,7 @@
 import torch
 
-from examples.decode_model import MAX_SEQ, VOCAB, decode_one_token, make_model
 from pytest_cudagraph.conformance import compiled
+from pytest_cudagraph.examples.decode_model import MAX_SEQ, VOCAB, decode_one_token, make_model
 
 
 def make_target(device):

@@ -1,7 +1,12 @@
 import torch
 
-from examples.piecewise_runner import D_MODEL, PiecewiseRunner, make_layers, run_eagerly
 from pytest_cudagraph.conformance import Cache, hand_written
+from pytest_cudagraph.examples.piecewise_runner import (
+    D_MODEL,
+    PiecewiseRunner,
+    make_layers,
+    run_eagerly,
+)
 
 SHAPES = [(1, 16, D_MODEL), (2, 32, D_MODEL)]  # (batch, tokens, hidden): a key each
 

@@ -1,7 +1,7 @@
 import torch
 
-from examples.encoder_cache import D_MODEL, make_encoder  # your layer
 from pytest_cudagraph.conformance import graphed_callables
+from pytest_cudagraph.examples.encoder_cache import D_MODEL, make_encoder  # your layer
 
 SHAPE = (1, 16, D_MODEL)  # (batch, tokens, hidden): the one shape the layer is graphed for
 

@@ -1,7 +1,7 @@
 import torch
 
-from examples.encoder_cache import EncoderGraphCache, make_encoder  # your model, your cache
 from pytest_cudagraph.conformance import Cache, hand_written
+from pytest_cudagraph.examples.encoder_cache import EncoderGraphCache, make_encoder  # yours
 
 KEYS = [(batch, seq) for batch in range(1, 9) for seq in (16, 32, 48, 64, 80)]
 
