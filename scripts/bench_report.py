@@ -1,6 +1,6 @@
 """Turn a pytest-benchmark JSON written by tests/bench into a markdown report and a PNG plot.
 
-    python scripts/bench_report.py BENCH.json --out reports/bench-h200.md --plot reports/bench-h200.png
+    python scripts/bench_report.py BENCH.json [MORE.json ...] --out reports/bench-h200.md --plot reports/bench-h200.png
 
 The benchmarks describe themselves in ``extra_info`` (``bench``, ``variant``, ``key``, ...) and
 store the ratios they computed within their run (``speedup_vs_eager``, ...); this script only
@@ -278,6 +278,10 @@ def refusals(report: dict[str, Any]) -> list[str]:
             "changes): its figures belong to no commit"
         )
     return found
+
+
+# What makes two runs' machines the same stack (pytest-cudagraph's machine_info).
+STACK_FIELDS = ("python_version", "torch", "torch_cuda", "nvidia_driver", "gpus")
 
 
 def stack_line(machine_info: dict[str, Any]) -> str:
@@ -787,10 +791,40 @@ def check(report: dict[str, Any]) -> list[str]:
     return problems
 
 
+def merge_runs(runs: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
+    """One run from the pytest-benchmark JSONs of one tree on one stack (the GPU recipe's
+    benchmark steps, ``(path, report)`` each): their benchmarks together under the first's
+    header. JSONs of different commits or stacks are not one run: ValueError naming them."""
+    (first_path, first), *others = runs
+    for path, report in others:
+        for info, fields in (("commit_info", ("id", "dirty")), ("machine_info", STACK_FIELDS)):
+            want = {name: (first.get(info) or {}).get(name) for name in fields}
+            got = {name: (report.get(info) or {}).get(name) for name in fields}
+            if got != want:
+                raise ValueError(
+                    f"{path} has {info} {got}, {first_path} has {want}: JSONs of different "
+                    "commits or stacks are not one run; give the JSONs of one run only"
+                )
+    merged = dict(first)
+    merged["benchmarks"] = [b for _, report in runs for b in report.get("benchmarks", [])]
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("bench_json", type=Path, help="a pytest-benchmark JSON of tests/bench")
+    parser.add_argument(
+        "bench_json",
+        type=Path,
+        nargs="+",
+        help="pytest-benchmark JSON(s) of tests/bench: one run, or the parts of one run "
+        "(same commit and stack) that the GPU recipe's benchmark steps write",
+    )
     parser.add_argument("--out", type=Path, required=True, help="markdown report to write")
+    parser.add_argument(
+        "--merged",
+        type=Path,
+        help="also write the JSONs as one pytest-benchmark JSON (the baseline's form)",
+    )
     parser.add_argument("--plot", type=Path, help="PNG plot to write (needs matplotlib)")
     parser.add_argument(
         "--check",
@@ -800,7 +834,13 @@ def main(argv: list[str] | None = None) -> int:
         "benchmarks or recorded on a dirty tree",
     )
     args = parser.parse_args(argv)
-    report = json.loads(args.bench_json.read_text())
+    try:
+        report = merge_runs([(path, json.loads(path.read_text())) for path in args.bench_json])
+    except ValueError as error:
+        parser.error(str(error))
+    if args.merged is not None:
+        args.merged.write_text(json.dumps(report, indent=4))
+        print(f"wrote {args.merged}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render_markdown(report))
     print(f"wrote {args.out}")

@@ -755,3 +755,37 @@ def test_cli_writes_the_report_and_the_plot_when_it_can(tmp_path):
         assert plot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     else:
         assert not plot.exists() and "matplotlib is not installed" in done.stderr
+
+
+def test_the_parts_of_one_run_are_judged_as_one_and_can_be_merged(report_module, tmp_path):
+    """The GPU recipe's two benchmark steps write a JSON each: compile apart, the rest."""
+    run = every_goal_at(report_module, met=True)
+    compiled = [b for b in run if "compile" in str(b["extra_info"].get("variant"))]
+    parts = [tmp_path / "benchmarks.json", tmp_path / "benchmarks-compile.json"]
+    parts[0].write_text(json.dumps(bench_json([b for b in run if b not in compiled])))
+    parts[1].write_text(json.dumps(bench_json(compiled)))
+    merged = tmp_path / "merged.json"
+    done = run_script(*map(str, parts), "--out", str(tmp_path / "bench.md"), "--check",
+                      "--merged", str(merged))  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    benchmarks = [b for path in parts for b in json.loads(path.read_text())["benchmarks"]]
+    assert json.loads(merged.read_text()) == bench_json(benchmarks)
+    alone = run_script(str(parts[0]), "--out", str(tmp_path / "part.md"), "--check")
+    assert "goal not measured: lean graph vs torch.compile of the lean step" in alone.stderr
+
+
+@pytest.mark.parametrize(
+    ("info", "changed"),
+    [("commit_info", {"id": "f" * 40}), ("machine_info", {"torch": "2.13.0+cu130"})],
+)
+def test_jsons_of_different_commits_or_stacks_are_refused_together(tmp_path, info, changed):
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps(bench_json([])))
+    other = bench_json([])
+    other[info] = {**other[info], **changed}
+    second.write_text(json.dumps(other))
+    done = run_script(str(first), str(second), "--out", str(tmp_path / "bench.md"))
+    assert done.returncode == 2
+    assert f"{second} has {info} " in done.stderr
+    assert "JSONs of different commits or stacks are not one run" in done.stderr
+    assert not (tmp_path / "bench.md").exists()
