@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .checks import describe
 from .config import DecoderConfig, EncoderConfig
 from .model import LAYERS, Decoder, Encoder, skeleton, with_weights
 
@@ -127,11 +128,14 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Decoder | Encoder:
             f"{path} is not a reasyn_ref checkpoint: expected a dict with keys "
             f"{sorted(PAYLOAD_KEYS)}, found {found}"
         )
-    if payload["format_version"] != FORMAT_VERSION:
+    version = payload["format_version"]
+    if isinstance(version, bool) or not isinstance(version, int):
         raise ValueError(
-            f"{path} has format_version {payload['format_version']!r}; this reader knows "
-            f"{FORMAT_VERSION}"
+            f"{path} has a format_version that is a {describe(version)}; it must be an int "
+            f"(this reader knows {FORMAT_VERSION})"
         )
+    if version != FORMAT_VERSION:
+        raise ValueError(f"{path} has format_version {version}; this reader knows {FORMAT_VERSION}")
     kind = payload["kind"]
     if not isinstance(kind, str) or kind not in KINDS:
         raise ValueError(f"{path} has kind {kind!r}; expected one of {sorted(KINDS)}")

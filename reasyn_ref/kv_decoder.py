@@ -104,9 +104,17 @@ class KVDecoder:
         return self.layers[0].self_attn.in_proj_weight.dtype
 
     def new_buffers(self, key: StepKey, dtype: torch.dtype) -> StepBuffers:
-        """Zeroed buffers for ``key`` on the decoder's device: zeros are valid inputs (token 0 at
-        position 0, memory without padding), so a graph can be captured on them."""
+        """Zeroed buffers for ``key`` on the decoder's device, keys and values in ``dtype`` (a
+        floating-point dtype: the step's, ``compute_dtype()``): zeros are valid inputs (token 0
+        at position 0, memory without padding), so a graph can be captured on them."""
         check_step_key(self.config, key)
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+        if not dtype.is_floating_point:
+            raise ValueError(
+                f"dtype must be a floating-point torch.dtype (the step's: keys, values and the "
+                f"-inf of masks), got {dtype}"
+            )
         layers, d = self.config.num_layers, self.config.d_model
         batch, cache_len, memory_len = key
         device = self.device
@@ -125,6 +133,13 @@ class KVDecoder:
         [1, M, d] and its padding mask [1, M] (True = padding), M = the buffers' memory_len."""
         self.check_buffers(buffers)
         check_target_memory(self.config, buffers, memory, memory_padding_mask)
+        accepted = {self.layers[0].multihead_attn.in_proj_weight.dtype, self.compute_dtype()}
+        if memory.dtype not in accepted:
+            names = " or ".join(sorted(map(str, accepted)))
+            raise ValueError(
+                f"memory must be {names} (the decoder's weights', or the step's under autocast), "
+                f"got {describe(memory)}"
+            )
         d = self.config.d_model
         for layer, cross in zip(self.layers, buffers.cross, strict=True):
             attn = layer.multihead_attn

@@ -425,6 +425,22 @@ def missing_and_unexpected(payload: dict) -> dict:
             lambda p: p | {"format_version": 2}, r"has format_version 2", id="newer format"
         ),
         pytest.param(
+            lambda p: p | {"format_version": torch.tensor(FORMAT_VERSION)},
+            r"has a format_version that is a torch.int64 tensor of shape \(\) on cpu; it must "
+            r"be an int \(this reader knows 1\)",
+            id="format version a tensor",
+        ),
+        pytest.param(
+            lambda p: p | {"format_version": torch.ones(3, dtype=torch.long)},
+            r"has a format_version that is a torch.int64 tensor of shape \(3,\)",
+            id="format version a tensor of three",
+        ),
+        pytest.param(
+            lambda p: p | {"format_version": True},
+            r"has a format_version that is a bool; it must be an int",
+            id="format version a bool",
+        ),
+        pytest.param(
             lambda p: p["state_dict"], r"is not a reasyn_ref checkpoint", id="bare state_dict"
         ),
     ],

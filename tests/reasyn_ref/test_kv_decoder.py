@@ -294,6 +294,12 @@ def test_prefill_refuses_bad_inputs_before_writing_anything(kv, buffers, tokens,
         (torch.zeros(1, 64, 32), torch.zeros(1, 64), r"memory_padding_mask must be a torch.bool"),
         (torch.zeros(1, 64, 32), torch.zeros(1, 63, dtype=torch.bool), r"must be \(1, 64\)"),
         (torch.zeros(1, 64, 32, dtype=torch.long), None, r"memory must be a floating-point"),
+        (
+            torch.zeros(1, 64, 32, dtype=torch.float64),
+            torch.zeros(1, 64, dtype=torch.bool),
+            r"memory must be torch.float32 \(the decoder's weights', or the step's under "
+            r"autocast\), got torch.float64 tensor of shape \(1, 64, 32\)",
+        ),
     ],
 )
 def test_load_target_refuses_bad_memory_before_writing_anything(kv, buffers, memory, mask, match):
@@ -301,6 +307,30 @@ def test_load_target_refuses_bad_memory_before_writing_anything(kv, buffers, mem
     with pytest.raises(ValueError, match=match):
         kv.load_target(buffers, memory, mask)
     assert torch.equal(buffers.cross, before[0]) and torch.equal(buffers.cross_mask, before[1])
+
+
+def test_under_autocast_memory_is_the_weights_or_the_steps_dtype(kv):
+    memory, mask = torch.zeros(1, 64, 32), torch.zeros(1, 64, dtype=torch.bool)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        buffers = kv.new_buffers(StepKey(2, 64, 64), kv.compute_dtype())
+        for dtype in (torch.float32, torch.bfloat16):
+            kv.load_target(buffers, memory.to(dtype), mask)
+        with pytest.raises(ValueError, match=r"memory must be torch.bfloat16 or torch.float32"):
+            kv.load_target(buffers, memory.double(), mask)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "error", "shown"),
+    [
+        (torch.long, ValueError, "torch.int64"),
+        (torch.bool, ValueError, "torch.bool"),
+        ("float32", TypeError, "'float32'"),
+        (None, TypeError, "None"),
+    ],
+)
+def test_new_buffers_needs_a_floating_point_dtype(kv, dtype, error, shown):
+    with pytest.raises(error, match=rf"dtype must be a floating-point torch.dtype.*, got {shown}$"):
+        kv.new_buffers(StepKey(2, 64, 64), dtype)
 
 
 def test_eager_slot_refuses_bad_rows(kv):
