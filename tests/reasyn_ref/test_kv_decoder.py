@@ -113,6 +113,29 @@ def test_greedy_decoding_matches_the_full_decoder(tiny_decoder, target):
     assert decoding.rows == full_rows
 
 
+@pytest.mark.slow  # compiles the two blocks (inductor's C++ on the CPU)
+def test_compiled_blocks_compute_the_plain_step_and_repeat_themselves_exactly(tiny_decoder, target):
+    """The same prefill and 6 steps, plain and with the compiled blocks: the logits and caches
+    agree within fp32 rounding (inductor orders its reductions its own way), and the compiled
+    step run twice on the same inputs is bit-identical (what its graph relies on)."""
+    memory, mask = pad_memory(*target)
+    key = StepKey(4, 64, memory.shape[1])
+    rows = random_rows([1, 4, 9], seed=5)
+    compiled = KVDecoder(tiny_decoder, compile_blocks=True)
+    runs = [Decoding(kv, key) for kv in (KVDecoder(tiny_decoder), compiled, compiled)]
+    for decoding in runs:
+        decoding.start(rows, memory, mask)
+    generator = torch.Generator().manual_seed(6)
+    for step in range(6):
+        fed = torch.randint(3, 272, (3,), generator=generator).tolist()
+        plain, once, again = (decoding.feed(fed) for decoding in runs)
+        torch.testing.assert_close(once, plain, **FP32_TOLERANCE, msg=f"step {step}")
+        assert torch.equal(once, again), f"step {step}"
+    plain_cache, once_cache, again_cache = (decoding.buffers.cache for decoding in runs)
+    torch.testing.assert_close(once_cache, plain_cache, **FP32_TOLERANCE)
+    assert torch.equal(once_cache, again_cache)
+
+
 def test_a_step_writes_each_rows_keys_and_values_at_its_own_position_only(tiny_decoder, target):
     memory, mask = pad_memory(*target)
     decoding = Decoding(KVDecoder(tiny_decoder), StepKey(4, 64, memory.shape[1]))
@@ -221,6 +244,11 @@ def buffers(kv, target) -> StepBuffers:
 def test_kv_decoder_needs_a_decoder():
     with pytest.raises(TypeError, match="decoder must be a reasyn_ref Decoder"):
         KVDecoder(torch.nn.Linear(2, 2))
+
+
+def test_compile_blocks_must_be_a_bool(tiny_decoder):
+    with pytest.raises(TypeError, match=r"^compile_blocks must be a bool, got 1"):
+        KVDecoder(tiny_decoder, compile_blocks=1)
 
 
 @pytest.mark.parametrize(
