@@ -22,25 +22,28 @@ def gpu_report() -> Iterator[ModuleType]:
         yield module
 
 
+# Each step's planned seconds and limit on a one-GPU host.
+PLANNED = {step.name: step.planned_s for step in gpu_recipe.plan(Path("OUT"), 1, {})}
+LIMITS = {step.name: step.limit_s for step in gpu_recipe.plan(Path("OUT"), 1, {})}
+
+
 def write_run(outdir: Path, outcomes: dict[str, int | str], selected: list[str]) -> None:
     """What gpu_recipe.py leaves besides the steps' own files: recipe.json, and a line of
     steps.jsonl per step of ``outcomes`` (its exit code, or what cut it)."""
-    planned = {step.name: step.planned_s for step in gpu_recipe.plan(outdir, 1, {})}
     recipe = {
         "command": "STEPS='tests conformance' bash scripts/gpu_suite.sh $OUT cpu",
         "commit": "abc123",
         "cores": 16,
         "gpus": 1,
-        "planned": planned,
+        "planned": PLANNED,
         "steps": selected,
     }
     (outdir / "recipe.json").write_text(json.dumps(recipe))
     lines = []
     for step, code in outcomes.items():
         cut = code if isinstance(code, str) else None
-        limit = next(s.limit_s for s in gpu_recipe.plan(outdir, 1, {}) if s.name == step)
         record = {"step": step, "exit": 2 if cut else code, "seconds": 12.0,
-                  "planned_s": planned[step], "limit_s": limit, "cut": cut}  # fmt: skip
+                  "planned_s": PLANNED[step], "limit_s": LIMITS[step], "cut": cut}  # fmt: skip
         lines.append(json.dumps(record))
     (outdir / "steps.jsonl").write_text("\n".join(lines) + "\n")
 
@@ -89,12 +92,13 @@ def test_report_from_a_real_step(cpu_pytester: pytest.Pytester, gpu_report: Modu
         "# GPU run: cpu",
         "- commit: abc123",
         "- command: `STEPS='tests conformance' bash scripts/gpu_suite.sh $OUT cpu`",
-        "| tests | failed (exit 1) | 12 | 170 |",
-        "| conformance | failed (exit 137) | 12 | 110 |",
-        "| conformance-kv | cut off by its limit (210 s) after 12 s: the results it had | 12 | 100 |",
+        f"| tests | failed (exit 1) | 12 | {PLANNED['tests']} |",
+        f"| conformance | failed (exit 137) | 12 | {PLANNED['conformance']} |",
+        f"| conformance-kv | cut off by its limit ({LIMITS['conformance-kv']} s) after 12 s: the "
+        f"results it had | 12 | {PLANNED['conformance-kv']} |",
         "| conformance-lean | did not run: the run's budget (BUDGET_S) ran out or the run was "
-        "stopped | - | 80 |",
-        "| bench | not run (not in STEPS) | - | 270 |",
+        f"stopped | - | {PLANNED['conformance-lean']} |",
+        f"| bench | not run (not in STEPS) | - | {PLANNED['bench']} |",
         "## tests",
         "### Tests",
         "2 passed, 1 failed, 1 skipped",
@@ -149,9 +153,9 @@ def test_the_parts_of_a_run_in_several_folders_make_one_report(
     )
     report = gpu_report.render([timed, shared], "h200")
     lines = report.splitlines()
-    assert "| bench | passed | 12 | 270 |" in lines
-    assert "| order-reasyn | failed (exit 1) | 12 | 180 |" in lines
-    assert "| tests | not run (not in STEPS) | - | 170 |" in lines
+    assert f"| bench | passed | 12 | {PLANNED['bench']} |" in lines
+    assert f"| order-reasyn | failed (exit 1) | 12 | {PLANNED['order-reasyn']} |" in lines
+    assert f"| tests | not run (not in STEPS) | - | {PLANNED['tests']} |" in lines
     assert (
         lines.count("- command: `STEPS='tests conformance' bash scripts/gpu_suite.sh $OUT cpu`")
         == 2
