@@ -7,7 +7,10 @@ from __future__ import annotations
 import ast
 import fnmatch
 import json
+import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -290,3 +293,26 @@ def test_jobs_run_the_checks_alone_side_by_side_and_compare_the_same(
     monkeypatch.setattr(script, "run_suite", None)  # refused before any run
     with pytest.raises(SystemExit):
         script.main(["reasyn", "--out", str(tmp_path), "--jobs", "0"])
+
+
+def test_an_interrupted_run_keeps_the_checks_that_ran_alone_and_reports_the_rest(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    """SIGINT (the GPU recipe cutting the step) while the second check runs alone: the first
+    two are kept, the third is never started and reads "not run"."""
+    full = script.Run(document(*((check, "passed", {}) for check in ("a", "b", "c"))))
+
+    def run_alone(check: str) -> object:
+        if check == "b":
+            os.kill(os.getpid(), signal.SIGINT)  # to the process, as the recipe sends it
+            time.sleep(0.5)  # as a run interrupted with it ends: after the main thread stops
+        return script.Run(document((check, "passed", {})))
+
+    alone = script.run_each(["a", "b", "c"], run_alone, jobs=1)
+    assert list(alone) == ["a", "b"]
+    comparisons = {item.check: item for item in script.compare(full, alone)}
+    assert comparisons["c"].alone == "not run"
+    assert comparisons["c"].differences() == [
+        "the run alone was not run",
+        "verdict not run alone, passed in the full suite",
+    ]
