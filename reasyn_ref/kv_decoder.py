@@ -224,11 +224,15 @@ class KVDecoder:
         [1, M, d] and its padding mask [1, M] (True = padding), M = the buffers' memory_len."""
         self.check_buffers(buffers)
         check_target_memory(self.config, buffers, memory, memory_padding_mask)
-        accepted = {self.layers[0].multihead_attn.in_proj_weight.dtype, self.compute_dtype()}
+        # The step's dtype; under autocast also the decoder's (its embedding's), which autocast
+        # casts, as the sampler hands it over.
+        accepted = {self.compute_dtype()}
+        if torch.is_autocast_enabled(self.device.type):
+            accepted.add(self.decoder.embed.weight.dtype)
         if memory.dtype not in accepted:
             names = " or ".join(sorted(map(str, accepted)))
             raise ValueError(
-                f"memory must be {names} (the decoder's weights', or the step's under autocast), "
+                f"memory must be {names} (the step's dtype, or under autocast the decoder's), "
                 f"got {describe(memory)}"
             )
         d = self.config.d_model

@@ -18,6 +18,7 @@ from reasyn_ref import (
     load_checkpoint,
     save_checkpoint,
 )
+from reasyn_ref.model import with_bf16_matmul_weights
 from reasyn_ref.sampler import pad_memory, pad_rows
 
 START, END = 1, 2
@@ -325,8 +326,8 @@ def test_prefill_refuses_bad_inputs_before_writing_anything(kv, buffers, tokens,
         (
             torch.zeros(1, 64, 32, dtype=torch.float64),
             torch.zeros(1, 64, dtype=torch.bool),
-            r"memory must be torch.float32 \(the decoder's weights', or the step's under "
-            r"autocast\), got torch.float64 tensor of shape \(1, 64, 32\)",
+            r"memory must be torch.float32 \(the step's dtype, or under autocast the "
+            r"decoder's\), got torch.float64 tensor of shape \(1, 64, 32\)",
         ),
     ],
 )
@@ -337,7 +338,11 @@ def test_load_target_refuses_bad_memory_before_writing_anything(kv, buffers, mem
     assert torch.equal(buffers.cross, before[0]) and torch.equal(buffers.cross_mask, before[1])
 
 
-def test_under_autocast_memory_is_the_weights_or_the_steps_dtype(kv):
+@pytest.mark.parametrize("bf16_weights", [False, True], ids=["fp32-weights", "bf16-weights"])
+def test_under_autocast_memory_is_the_decoders_or_the_steps_dtype(tiny_decoder, bf16_weights):
+    """As the sampler runs it on a GPU: the bf16 weight copy, fp32 memory, under autocast."""
+    decoder = with_bf16_matmul_weights(tiny_decoder) if bf16_weights else tiny_decoder
+    kv = KVDecoder(decoder)
     memory, mask = torch.zeros(1, 64, 32), torch.zeros(1, 64, dtype=torch.bool)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         buffers = kv.new_buffers(StepKey(2, 64, 64), kv.compute_dtype())
