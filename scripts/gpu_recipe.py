@@ -178,9 +178,9 @@ def plan(out: Path, gpus: int, knobs: Mapping[str, str]) -> list[Step]:
         Step(
             "tests-reasyn-ref",
             _pytest("tests/reasyn_ref", "-n", "3", *test_args),
-            170,
+            190,
             "estimate: a fifth of the CPU suite on 3 workers, and the reference's GPU tests "
-            "(figures, workers, samplers)",
+            "(figures, workers, samplers, a compile of the KV step's blocks)",
             cores=3,
         ),
         Step(
