@@ -305,7 +305,7 @@ def test_an_interrupted_run_keeps_the_checks_that_ran_alone_and_reports_the_rest
     def run_alone(check: str) -> object:
         if check == "b":
             os.kill(os.getpid(), signal.SIGINT)  # to the process, as the recipe sends it
-            time.sleep(0.5)  # as a run interrupted with it ends: after the main thread stops
+            time.sleep(3)  # as a run interrupted with it ends: after the main thread stops
         return script.Run(document((check, "passed", {})))
 
     alone = script.run_each(["a", "b", "c"], run_alone, jobs=1)
