@@ -7,8 +7,6 @@ from __future__ import annotations
 import ast
 import fnmatch
 import json
-import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -296,18 +294,24 @@ def test_jobs_run_the_checks_alone_side_by_side_and_compare_the_same(
 
 
 def test_an_interrupted_run_keeps_the_checks_that_ran_alone_and_reports_the_rest(
-    script: ModuleType, tmp_path: Path
+    script: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SIGINT (the GPU recipe cutting the step) while the second check runs alone: the first
-    two are kept, the third is never started and reads "not run"."""
+    """SIGINT (the GPU recipe cutting the step) while the second check runs alone, one at a
+    time: the first two are kept, the third is never started and reads "not run"."""
     full = script.Run(document(*((check, "passed", {}) for check in ("a", "b", "c"))))
+    second_started = threading.Event()
 
     def run_alone(check: str) -> object:
         if check == "b":
-            os.kill(os.getpid(), signal.SIGINT)  # to the process, as the recipe sends it
-            time.sleep(3)  # as a run interrupted with it ends: after the main thread stops
+            second_started.set()
+            time.sleep(1)  # still running when the main thread is interrupted
         return script.Run(document((check, "passed", {})))
 
+    def interrupted(futures: object) -> None:
+        second_started.wait(timeout=10)
+        raise KeyboardInterrupt  # where SIGINT reaches the main thread
+
+    monkeypatch.setattr(script, "wait", interrupted)
     alone = script.run_each(["a", "b", "c"], run_alone, jobs=1)
     assert list(alone) == ["a", "b"]
     comparisons = {item.check: item for item in script.compare(full, alone)}
