@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import importlib.util
+import itertools
 import json
 import os
 import shlex
@@ -59,14 +60,13 @@ RECORDING_KNOBS = ("SKIP_INSTALL", "GIT_COMMIT", "WHEELS")
 @dataclass(frozen=True)
 class Step:
     """One step: ``args`` after ``python`` (a pytest run when they start with ``-m pytest``),
-    the seconds planned on one H200 host (``planned_s``, where from: ``basis``), the host cores
-    it keeps busy, and whether it must have the machine to itself (``alone``: timings)."""
+    the seconds planned on one H200 host (``planned_s``, where from: ``basis``), and whether it
+    must have the machine to itself (``alone``: timings)."""
 
     name: str
     args: tuple[str, ...]
     planned_s: int
     basis: str
-    cores: int = 1
     alone: bool = False
     pythonpath: str | None = None
     # A module the step needs that the GPU host may lack: installed from WHEELS when missing.
@@ -76,6 +76,15 @@ class Step:
     def limit_s(self) -> int:
         """Half again the plan, and a minute: room for a slow run, not for a hung one."""
         return self.planned_s * 3 // 2 + 60
+
+    @property
+    def cores(self) -> int:
+        """The host cores it keeps busy: its xdist workers (``-n``) or processes (``--jobs``),
+        as the last one given says (TEST_ARGS may give ``-n`` again)."""
+        for option, value in reversed(list(itertools.pairwise(self.args))):
+            if option in ("-n", "--jobs"):
+                return int(value)
+        return 1
 
     @property
     def is_pytest(self) -> bool:
@@ -173,7 +182,6 @@ def plan(out: Path, gpus: int, knobs: Mapping[str, str]) -> list[Step]:
             170,
             "estimate: the CPU suite's 290 s on 2 cores, about half of it here, on 3 workers, "
             "and the plugin's GPU tests",
-            cores=3,
         ),
         Step(
             "tests-reasyn-ref",
@@ -181,7 +189,6 @@ def plan(out: Path, gpus: int, knobs: Mapping[str, str]) -> list[Step]:
             190,
             "estimate: a fifth of the CPU suite on 3 workers, and the reference's GPU tests "
             "(figures, workers, samplers, a compile of the KV step's blocks)",
-            cores=3,
         ),
         Step(
             "tests-conformance",
@@ -189,7 +196,6 @@ def plan(out: Path, gpus: int, knobs: Mapping[str, str]) -> list[Step]:
             330,
             "estimate: about 40 suite runs (every broken and correct twin) of 20 to 40 s on 8 "
             "workers; cut off at 480 s on 4 workers beside 10 other steps in the last run",
-            cores=8,
         ),
         Step(
             "order-reasyn",
@@ -209,7 +215,6 @@ def plan(out: Path, gpus: int, knobs: Mapping[str, str]) -> list[Step]:
             180,
             "estimate: the full suite, then its 28 checks alone, 4 at a time, each a fresh "
             "process (about 8 s of start and target build)",
-            cores=4,
             needs_module="pytest_randomly",
         ),
         Step(
@@ -273,7 +278,6 @@ def plan(out: Path, gpus: int, knobs: Mapping[str, str]) -> list[Step]:
                 (*_suite("reasyn"), "-n", str(gpus)),
                 90,
                 "estimate: the reasyn run, spread over the GPUs",
-                cores=gpus,
             )
         )
     return steps

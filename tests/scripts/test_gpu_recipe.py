@@ -92,6 +92,12 @@ def test_the_timed_steps_run_alone_first_and_the_rest_within_the_cores() -> None
     assert shared[0].step.planned_s == max(s.step.planned_s for s in shared)
 
 
+def test_a_steps_cores_are_its_workers_as_the_last_option_gives_them() -> None:
+    cores = {step.name: step.cores for step in plan(Path("OUT"), 2, {"TEST_ARGS": "-n 6"})}
+    assert cores["tests"] == cores["tests-conformance"] == 6
+    assert (cores["order-reasyn"], cores["conformance-xdist"], cores["conformance"]) == (4, 2, 1)
+
+
 def test_jobs_limits_the_steps_at_once() -> None:
     slots = schedule(plan(Path("OUT"), 1, {"SKIP_BENCH": "1"}), cores=16, jobs=1)
     ordered = sorted(slots, key=lambda slot: slot.start_s)
