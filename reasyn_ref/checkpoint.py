@@ -2,30 +2,34 @@
 
 Files are written with ``torch.save`` (a zip archive) and read back with
 ``torch.load(weights_only=True)``, so loading never runs code a file carries. Nothing is built
-from a file before it is checked: the archive whole (every member's CRC, so a flipped or lost
-byte is found), then its config, then every weight's name, shape, dtype and layout against
-what that config builds, on a skeleton that allocates nothing (``model.skeleton``). Whatever is
-wrong with a file's content is a ValueError naming the path and the rule.
+from a file before it is checked whole: its zip directory and every member's place in it, the
+members that hold no weight against their CRCs, then (once torch.load has read it) its config,
+every weight's name, shape, dtype and layout against what that config builds, on a skeleton
+that allocates nothing (``model.skeleton``), and every weight's bytes, as loaded, against its
+member's CRC: a flipped or lost byte is found, and a weight's bytes are read from the file once.
+Whatever is wrong with a file's content is a ValueError naming the path and the rule.
 """
 
 from __future__ import annotations
 
-import functools
-import io
+import ctypes
 import math
 import os
 import pickle
 import struct
 import zipfile
 import zlib
+from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from torch import Tensor
 
+from .checks import describe
 from .config import DecoderConfig, EncoderConfig
 from .model import LAYERS, Decoder, Encoder, skeleton, with_weights
 
@@ -106,10 +110,28 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Decoder | Encoder:
     path = _checked_path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint file at {path}")
-    data = path.read_bytes()  # read once: what is checked is what is loaded
-    check_archive(path, data)
+    # One open file for all of it, and each weight's bytes read once: torch.load reads them
+    # into the tensors the model is given, and those very bytes are checked against the CRCs.
+    with path.open("rb") as file:
+        archive = Archive.read(path, file)
+        file.seek(0)
+        payload = _torch_load(path, file)
+    config, state = check_payload(path, payload)
+    check_state_dict(path, state, config)
+    archive.check_weights_bytes(state)
+    # The model is float32: a weight stored in half precision is widened (exactly), one stored
+    # in float32 becomes a parameter as it was loaded, without a copy.
+    weights = {name: t.float() for name, t in state.items()}
+    if isinstance(config, DecoderConfig):
+        return with_weights(lambda: Decoder(config), weights)
+    return with_weights(lambda: Encoder(config), weights)
+
+
+def _torch_load(path: Path, file: BinaryIO) -> object:
+    """``torch.load`` of the file, weights only (it runs no code a file carries), its errors
+    as ValueErrors naming ``path``."""
     try:
-        payload = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+        return torch.load(file, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as exc:
         raise ValueError(
             f"refused to load {path}: it holds pickled objects or code that weights-only loading "
@@ -121,63 +143,115 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Decoder | Encoder:
             f"{path} is not a readable checkpoint (not written by torch.save): "
             f"{type(exc).__name__}: {exc}"
         ) from exc
+
+
+def check_payload(path: Path, payload: object) -> tuple[DecoderConfig | EncoderConfig, Any]:
+    """The loaded file is a checkpoint of this format: its keys, version, kind and config;
+    returns the config and the state_dict (for ``check_state_dict`` to check against it)."""
     if not isinstance(payload, dict) or set(payload) != PAYLOAD_KEYS:
         found = sorted(payload, key=repr) if isinstance(payload, dict) else type(payload).__name__
         raise ValueError(
             f"{path} is not a reasyn_ref checkpoint: expected a dict with keys "
             f"{sorted(PAYLOAD_KEYS)}, found {found}"
         )
-    if payload["format_version"] != FORMAT_VERSION:
+    version = payload["format_version"]
+    if isinstance(version, bool) or not isinstance(version, int):
         raise ValueError(
-            f"{path} has format_version {payload['format_version']!r}; this reader knows "
-            f"{FORMAT_VERSION}"
+            f"{path} has a format_version that is a {describe(version)}; it must be an int "
+            f"(this reader knows {FORMAT_VERSION})"
         )
+    if version != FORMAT_VERSION:
+        raise ValueError(f"{path} has format_version {version}; this reader knows {FORMAT_VERSION}")
     kind = payload["kind"]
     if not isinstance(kind, str) or kind not in KINDS:
         raise ValueError(f"{path} has kind {kind!r}; expected one of {sorted(KINDS)}")
-    config_class = KINDS[kind][1]
     try:
-        config = config_class.from_dict(payload["config"])
+        config = KINDS[kind][1].from_dict(payload["config"])
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path} holds an invalid {kind} config: {exc}") from exc
-    check_state_dict(path, payload["state_dict"], config)
-    # The model is float32: a weight stored in half precision is widened (exactly), one stored
-    # in float32 becomes a parameter as it was loaded, without a copy.
-    weights = {name: t.float() for name, t in payload["state_dict"].items()}
-    if isinstance(config, DecoderConfig):
-        return with_weights(lambda: Decoder(config), weights)
-    return with_weights(lambda: Encoder(config), weights)
+    return config, payload["state_dict"]
 
 
-def check_archive(path: Path, data: bytes) -> None:
-    """``data`` (the file at ``path``) is a whole zip archive of plain files, stored as
-    torch.save stores them, each matching its CRC: truncation, damage or a flipped byte anywhere
-    a weight is read from is found here."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = archive.infolist()
-    except (zipfile.BadZipFile, ValueError, NotImplementedError) as exc:
-        # What zipfile raises on a cut or damaged directory, each seen when its bytes are
-        # changed: no end record or a bad one, a name that is not text, an unknown version.
-        raise ValueError(
-            f"{path} is not a whole checkpoint (truncated, damaged or not a torch.save zip "
-            f"archive): {exc}"
-        ) from exc
-    # zlib lets go of the GIL while it sums, so the members are checked side by side, on as
-    # many threads as torch's own CPU work may take (a worker sharing the host's cores sets 1).
-    with ThreadPoolExecutor(max_workers=torch.get_num_threads()) as pool:
-        problems = list(pool.map(functools.partial(member_problem, memoryview(data)), members))
-    for member, problem in zip(members, problems, strict=True):
-        if problem is not None:
+@dataclass(frozen=True)
+class Archive:
+    """A checkpoint file's zip directory, its members checked as torch.save writes them, and
+    every member that holds no weight checked against its CRC (``read``); the weights' own
+    bytes are checked once torch.load has read them (``check_weights_bytes``)."""
+
+    path: Path
+    weight_members: tuple[zipfile.ZipInfo, ...]
+
+    @classmethod
+    def read(cls, path: Path, file: BinaryIO) -> Archive:
+        """The directory of the open ``file`` (at ``path``) and its members' local headers,
+        checked; the members that hold no weight (the pickle, torch's records) read and summed."""
+        size = os.fstat(file.fileno()).st_size
+        try:
+            with zipfile.ZipFile(file) as archive:
+                members = archive.infolist()
+        except (zipfile.BadZipFile, ValueError, NotImplementedError) as exc:
+            # What zipfile raises on a cut or damaged directory, each seen when its bytes are
+            # changed: no end record or a bad one, a name that is not text, an unknown version.
             raise ValueError(
-                f"{path} is not a whole checkpoint: member {member.filename!r} {problem}"
-            )
+                f"{path} is not a whole checkpoint (truncated, damaged or not a torch.save zip "
+                f"archive): {exc}"
+            ) from exc
+        for member in members:
+            problem = member_problem(file, size, member)
+            if problem is not None:
+                raise ValueError(
+                    f"{path} is not a whole checkpoint: member {member.filename!r} {problem}"
+                )
+            if not holds_a_weight(member) and zlib.crc32(member_bytes(file, member)) != member.CRC:
+                raise ValueError(f"{path} is not a whole checkpoint: {damaged(member)}")
+        return cls(path, tuple(member for member in members if holds_a_weight(member)))
+
+    def check_weights_bytes(self, state: Mapping[str, Tensor]) -> None:
+        """Every weight member's CRC matches the bytes torch.load read into one of ``state``'s
+        tensors (a tensor's bytes are its storage's: ``check_weights`` has them own it)."""
+        storages = [tensor.untyped_storage() for tensor in state.values()]
+        # zlib lets go of the GIL while it sums, so the weights are summed side by side, on as
+        # many threads as torch's own CPU work may take (a worker sharing the host's cores
+        # sets 1).
+        with ThreadPoolExecutor(max_workers=torch.get_num_threads()) as pool:
+            sums = list(pool.map(storage_crc, storages))
+        loaded = Counter(zip([storage.nbytes() for storage in storages], sums, strict=True))
+        for member in self.weight_members:
+            if not loaded[member.file_size, member.CRC]:
+                raise ValueError(f"{self.path} is not a whole checkpoint: {damaged(member)}")
+            loaded[member.file_size, member.CRC] -= 1
 
 
-def member_problem(archive: memoryview, member: zipfile.ZipInfo) -> str | None:
-    """What is wrong with ``member`` of the zip ``archive``, None when nothing is: it must be a
-    plain file stored as torch.save stores every member (not compressed, not encrypted), its
-    local header must name it, and its bytes must match its CRC."""
+def storage_crc(storage: torch.UntypedStorage) -> int:
+    """The CRC-32 of ``storage``'s bytes, read in place."""
+    size = storage.nbytes()
+    if not size:
+        return zlib.crc32(b"")
+    return zlib.crc32((ctypes.c_char * size).from_address(storage.data_ptr()))
+
+
+def holds_a_weight(member: zipfile.ZipInfo) -> bool:
+    """torch.save writes each storage as ``ARCHIVE/data/KEY``."""
+    return member.filename.rsplit("/", 2)[-2:-1] == ["data"]
+
+
+def member_bytes(file: BinaryIO, member: zipfile.ZipInfo) -> bytes:
+    """A stored member's bytes, as they lie in the file (``member_problem`` found it whole)."""
+    file.seek(member.header_offset)
+    _, _, name_length, extra_length = LOCAL_HEADER.unpack(file.read(LOCAL_HEADER.size))
+    file.seek(member.header_offset + LOCAL_HEADER.size + name_length + extra_length)
+    return file.read(member.compress_size)
+
+
+def damaged(member: zipfile.ZipInfo) -> str:
+    return f"member {member.filename!r} does not match its CRC (damaged)"
+
+
+def member_problem(file: BinaryIO, size: int, member: zipfile.ZipInfo) -> str | None:
+    """What is wrong with ``member`` of the zip ``file`` (``size`` bytes long), None when
+    nothing is: it must be a plain file stored as torch.save stores every member (not
+    compressed, not encrypted), and its local header must name it and lie, with its bytes,
+    inside the file."""
     if member.is_dir() or member.external_attr & DOS_DIRECTORY:
         return "is marked a folder"
     if member.flag_bits & REFUSED_FLAGS or member.compress_type != zipfile.ZIP_STORED:
@@ -186,27 +260,18 @@ def member_problem(archive: memoryview, member: zipfile.ZipInfo) -> str | None:
             f"{member.flag_bits:#x}): torch.save stores every member as it is"
         )
     start = member.header_offset
-    header = archive[start : start + LOCAL_HEADER.size]
-    if start < 0 or len(header) < LOCAL_HEADER.size:
+    if start < 0 or start + LOCAL_HEADER.size > size:
         return "has its local header outside the file"
-    signature, flags, name_length, extra_length = LOCAL_HEADER.unpack(header)
-    name_start = start + LOCAL_HEADER.size
+    file.seek(start)
+    signature, flags, name_length, extra_length = LOCAL_HEADER.unpack(file.read(LOCAL_HEADER.size))
     # The name as the central directory holds it, encoded back as zipfile decoded it.
     name = member.orig_filename.encode("utf-8" if member.flag_bits & UTF8_NAME else "cp437")
-    if (
-        signature != LOCAL_SIGNATURE
-        or flags & REFUSED_FLAGS
-        or archive[name_start : name_start + name_length] != name
-    ):
+    if signature != LOCAL_SIGNATURE or flags & REFUSED_FLAGS or file.read(name_length) != name:
         return "has a local header that does not match the directory's"
-    begin = name_start + name_length + extra_length
-    end = begin + member.compress_size
     if member.compress_size != member.file_size:
         return f"holds {member.compress_size} bytes for a file of {member.file_size}"
-    if end > len(archive):
+    if start + LOCAL_HEADER.size + name_length + extra_length + member.compress_size > size:
         return "runs past the end of the file (cut short)"
-    if zlib.crc32(archive[begin:end]) != member.CRC:
-        return "does not match its CRC (damaged)"
     return None
 
 

@@ -66,6 +66,12 @@ class DecoderConfig(_TransformerConfig):
         for name in ("pad_token", "start_token", "end_token"):
             if not 0 <= getattr(self, name) < self.vocab_size:
                 raise ValueError(f"{name} must be in [0, vocab_size={self.vocab_size})")
+        if self.start_token == self.end_token:
+            raise ValueError(
+                f"DecoderConfig.start_token and end_token must differ: every row starts with the "
+                f"start token, and a sampler ends a row at its end token; both are "
+                f"{self.end_token}"
+            )
         lo, hi = self.reaction_tokens
         if not 0 <= lo < hi <= self.vocab_size:
             raise ValueError(f"reaction_tokens {self.reaction_tokens} must lie in [0, vocab_size]")

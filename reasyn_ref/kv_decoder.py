@@ -15,7 +15,7 @@ buffers of the very same shapes, which is what makes graphs and eager bit-identi
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from .checks import check_bool, check_int, check_tensor, describe
 from .config import DecoderConfig
-from .model import Decoder, step_context
+from .model import Decoder, merge_heads, split_heads, step_context
 
 
 class StepKey(NamedTuple):
@@ -67,6 +67,85 @@ class StepBuffers:
         return StepKey(batch, cache_len, self.cross.shape[2])
 
 
+class LayerWeights(NamedTuple):
+    """One ``nn.TransformerDecoderLayer``'s weights, as the blocks of a step read them: the
+    tensors themselves (views of the layer's parameters, no copies)."""
+
+    norm1: tuple[Tensor, Tensor]
+    self_in: tuple[Tensor, Tensor]  # the packed query, key and value projection
+    self_out: tuple[Tensor, Tensor]
+    norm2: tuple[Tensor, Tensor]
+    cross_query: tuple[Tensor, Tensor]  # the query part of the cross-attention's projection
+    cross_out: tuple[Tensor, Tensor]
+    norm3: tuple[Tensor, Tensor]
+    linear1: tuple[Tensor, Tensor]
+    linear2: tuple[Tensor, Tensor]
+    eps: float
+    heads: int
+
+    @classmethod
+    def of(cls, layer: nn.TransformerDecoderLayer) -> LayerWeights:
+        d = layer.self_attn.embed_dim
+        cross = layer.multihead_attn
+        return cls(
+            norm1=(layer.norm1.weight, layer.norm1.bias),
+            self_in=(layer.self_attn.in_proj_weight, layer.self_attn.in_proj_bias),
+            self_out=(layer.self_attn.out_proj.weight, layer.self_attn.out_proj.bias),
+            norm2=(layer.norm2.weight, layer.norm2.bias),
+            cross_query=(cross.in_proj_weight[:d], cross.in_proj_bias[:d]),
+            cross_out=(cross.out_proj.weight, cross.out_proj.bias),
+            norm3=(layer.norm3.weight, layer.norm3.bias),
+            linear1=(layer.linear1.weight, layer.linear1.bias),
+            linear2=(layer.linear2.weight, layer.linear2.bias),
+            eps=layer.norm1.eps,
+            heads=layer.self_attn.num_heads,
+        )
+
+
+def self_attention_inputs(x: Tensor, weights: LayerWeights) -> Tensor:
+    """Queries, keys and values [Bb, T, 3d] of ``norm1(x)``: the packed in-projection."""
+    normed = F.layer_norm(x, x.shape[-1:], *weights.norm1, weights.eps)
+    return F.linear(normed, *weights.self_in)
+
+
+def rest_of_layer(
+    x: Tensor,
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    mask: Tensor | None,
+    cross: Tensor,
+    cross_mask: Tensor,
+    weights: LayerWeights,
+) -> Tensor:
+    """A layer from its self-attention on: the queries [Bb, T, d] over ``keys`` and ``values``
+    [Bb, S, d] (``mask`` added to the scores, or causal where None), the out-projection and
+    residual, then the cross-attention over ``cross`` [2, M, d] and the feed-forward block,
+    residuals included. Every row attends over the same memory, so the rows' queries go in as
+    one sequence [1, Bb * T]: one attention over one copy of the memory's keys and values."""
+    batch, length, d = x.shape
+    heads = weights.heads
+    attended = F.scaled_dot_product_attention(
+        split_heads(queries, heads),
+        split_heads(keys, heads),
+        split_heads(values, heads),
+        attn_mask=mask,
+        is_causal=mask is None,
+    )
+    x = x + F.linear(merge_heads(attended), *weights.self_out)
+    normed = F.layer_norm(x, (d,), *weights.norm2, weights.eps)
+    cross_queries = F.linear(normed, *weights.cross_query)
+    attended = F.scaled_dot_product_attention(
+        split_heads(cross_queries.reshape(1, batch * length, d), heads),
+        split_heads(cross[0].unsqueeze(0), heads),
+        split_heads(cross[1].unsqueeze(0), heads),
+        attn_mask=cross_mask.view(1, 1, 1, -1),
+    )
+    x = x + F.linear(merge_heads(attended).view(batch, length, d), *weights.cross_out)
+    normed = F.layer_norm(x, (d,), *weights.norm3, weights.eps)
+    return x + F.linear(F.relu(F.linear(normed, *weights.linear1)), *weights.linear2)
+
+
 class KVDecoder:
     """A ``Decoder``'s layers run one token at a time with a KV cache (eval mode, no dropout).
 
@@ -76,6 +155,12 @@ class KVDecoder:
     head follow, as in ``Decoder``. Under autocast each matmul runs in the autocast dtype, which
     is then the dtype of the buffers; without it, the dtype of the attention weights.
 
+    With ``compile_blocks`` a step runs each layer's two blocks (``self_attention_inputs``,
+    ``rest_of_layer``) as ``torch.compile``d functions (inductor's fused kernels, fullgraph, one
+    compilation per shape), the cache writes between them as they are: fewer, fused kernels,
+    whose rounding is inductor's, so such a step matches another such step bit for bit, not
+    the plain one. Prefill is always plain.
+
     Use: ``load_target`` once per target, ``prefill`` once per batch of prefixes, then ``step``
     once per token. Buffers from ``new_buffers`` (or of the same shapes and dtype).
 
@@ -83,14 +168,20 @@ class KVDecoder:
     since they write the buffers in place and no gradient is ever taken through them.
     """
 
-    def __init__(self, decoder: Decoder) -> None:
+    def __init__(self, decoder: Decoder, *, compile_blocks: bool = False) -> None:
         if not isinstance(decoder, Decoder):
             raise TypeError(f"decoder must be a reasyn_ref Decoder, got {type(decoder).__name__}")
         self.decoder = decoder
         self.config = decoder.config
         self.layers: list[nn.TransformerDecoderLayer] = list(decoder.transformer.layers)
-        self.heads = self.config.nhead
-        self.head_dim = self.config.d_model // self.config.nhead
+        self.compile_blocks = check_bool("compile_blocks", compile_blocks)
+        blocks: tuple[Callable[..., Tensor], ...] = (self_attention_inputs, rest_of_layer)
+        if compile_blocks:
+            blocks = tuple(
+                torch.compile(block, mode="default", fullgraph=True, dynamic=False)
+                for block in blocks
+            )
+        self.step_blocks = blocks
 
     @property
     def device(self) -> torch.device:
@@ -104,9 +195,17 @@ class KVDecoder:
         return self.layers[0].self_attn.in_proj_weight.dtype
 
     def new_buffers(self, key: StepKey, dtype: torch.dtype) -> StepBuffers:
-        """Zeroed buffers for ``key`` on the decoder's device: zeros are valid inputs (token 0 at
-        position 0, memory without padding), so a graph can be captured on them."""
+        """Zeroed buffers for ``key`` on the decoder's device, keys and values in ``dtype`` (a
+        floating-point dtype: the step's, ``compute_dtype()``): zeros are valid inputs (token 0
+        at position 0, memory without padding), so a graph can be captured on them."""
         check_step_key(self.config, key)
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+        if not dtype.is_floating_point:
+            raise ValueError(
+                f"dtype must be a floating-point torch.dtype (the step's: keys, values and the "
+                f"-inf of masks), got {dtype}"
+            )
         layers, d = self.config.num_layers, self.config.d_model
         batch, cache_len, memory_len = key
         device = self.device
@@ -125,6 +224,17 @@ class KVDecoder:
         [1, M, d] and its padding mask [1, M] (True = padding), M = the buffers' memory_len."""
         self.check_buffers(buffers)
         check_target_memory(self.config, buffers, memory, memory_padding_mask)
+        # The step's dtype; under autocast also the decoder's (its embedding's), which autocast
+        # casts, as the sampler hands it over.
+        accepted = {self.compute_dtype()}
+        if torch.is_autocast_enabled(self.device.type):
+            accepted.add(self.decoder.embed.weight.dtype)
+        if memory.dtype not in accepted:
+            names = " or ".join(sorted(map(str, accepted)))
+            raise ValueError(
+                f"memory must be {names} (the step's dtype, or under autocast the decoder's), "
+                f"got {describe(memory)}"
+            )
         d = self.config.d_model
         for layer, cross in zip(self.layers, buffers.cross, strict=True):
             attn = layer.multihead_attn
@@ -143,17 +253,11 @@ class KVDecoder:
         length = check_prefill_inputs(self.config, buffers, tokens, gather)
         x = self.decoder.embed(tokens) + self.decoder.positions[:length]
         for layer, cache, cross in zip(self.layers, buffers.cache, buffers.cross, strict=True):
-            queries, keys, values = self._self_projections(layer, x)
+            weights = LayerWeights.of(layer)
+            queries, keys, values = self_attention_inputs(x, weights).chunk(3, dim=-1)
             cache[0, :, :length].copy_(keys)
             cache[1, :, :length].copy_(values)
-            attended = F.scaled_dot_product_attention(
-                self._split_heads(queries),
-                self._split_heads(keys),
-                self._split_heads(values),
-                is_causal=True,
-            )
-            x = x + layer.self_attn.out_proj(self._merge_heads(attended))
-            x = self._cross_and_feed_forward(layer, x, cross, buffers.cross_mask)
+            x = rest_of_layer(x, queries, keys, values, None, cross, buffers.cross_mask, weights)
         last = torch.take_along_dim(x, gather.view(-1, 1, 1), dim=1).squeeze(1)
         return self.decoder.head(self.decoder.final_norm(last))
 
@@ -173,63 +277,24 @@ class KVDecoder:
         unseen = torch.arange(cache_len, device=positions.device) > positions.unsqueeze(1)
         mask = torch.zeros(batch, 1, 1, cache_len, dtype=buffers.cache.dtype, device=x.device)
         mask.masked_fill_(unseen.view(batch, 1, 1, cache_len), float("-inf"))
-        # Row b's slot in each layer's cache viewed as [Bb * S, d].
-        slots = torch.arange(batch, device=positions.device) * cache_len + positions
+        # Row b's slot in a layer's keys (and values) viewed as [Bb * S, d].
+        slots = torch.arange(0, batch * cache_len, cache_len, device=positions.device) + positions
         d = self.config.d_model
+        project, rest = self.step_blocks
         for layer, cache, cross in zip(self.layers, buffers.cache, buffers.cross, strict=True):
-            queries, keys, values = self._self_projections(layer, x)
-            cache[0].view(-1, d).index_copy_(0, slots, keys.squeeze(1))
-            cache[1].view(-1, d).index_copy_(0, slots, values.squeeze(1))
-            attended = F.scaled_dot_product_attention(
-                self._split_heads(queries),
-                self._split_heads(cache[0]),
-                self._split_heads(cache[1]),
-                attn_mask=mask,
+            weights = LayerWeights.of(layer)
+            packed = project(x, weights)
+            # The row's key and value, side by side in the packed projection, in one copy.
+            keys_values = packed[:, 0, d:].view(batch, 2, d).transpose(0, 1)
+            cache.view(2, batch * cache_len, d).index_copy_(1, slots, keys_values)
+            x = rest(
+                x, packed[..., :d], cache[0], cache[1], mask, cross, buffers.cross_mask, weights
             )
-            x = x + layer.self_attn.out_proj(self._merge_heads(attended))
-            x = self._cross_and_feed_forward(layer, x, cross, buffers.cross_mask)
         return self.decoder.head(self.decoder.final_norm(x.squeeze(1)))
 
     def check_buffers(self, buffers: StepBuffers) -> None:
         """Shapes, dtypes and device of ``buffers`` against this decoder (no host sync)."""
         check_step_buffers(self.config, self.device, self.compute_dtype(), buffers)
-
-    def _self_projections(
-        self, layer: nn.TransformerDecoderLayer, x: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys and values [Bb, T, d] of ``norm1(x)``: the packed in-projection."""
-        attn = layer.self_attn
-        packed = F.linear(layer.norm1(x), attn.in_proj_weight, attn.in_proj_bias)
-        queries, keys, values = packed.chunk(3, dim=-1)
-        return queries, keys, values
-
-    def _cross_and_feed_forward(
-        self, layer: nn.TransformerDecoderLayer, x: Tensor, cross: Tensor, cross_mask: Tensor
-    ) -> Tensor:
-        """The layer's cross-attention and feed-forward blocks, residuals included. Every row
-        attends over the same memory, so the rows' queries go in as one sequence [1, Bb * T]:
-        one attention over one copy of the keys and values, with one mask row."""
-        batch, length, d = x.shape
-        attn = layer.multihead_attn
-        queries = F.linear(layer.norm2(x), attn.in_proj_weight[:d], attn.in_proj_bias[:d])
-        attended = F.scaled_dot_product_attention(
-            self._split_heads(queries.reshape(1, batch * length, d)),
-            self._split_heads(cross[0].unsqueeze(0)),
-            self._split_heads(cross[1].unsqueeze(0)),
-            attn_mask=cross_mask.view(1, 1, 1, -1),
-        )
-        x = x + attn.out_proj(self._merge_heads(attended).view(batch, length, d))
-        return x + layer.linear2(layer.activation(layer.linear1(layer.norm3(x))))
-
-    def _split_heads(self, t: Tensor) -> Tensor:
-        """[B, T, d] -> [B, heads, T, head_dim], a view."""
-        batch, length, _ = t.shape
-        return t.view(batch, length, self.heads, self.head_dim).transpose(1, 2)
-
-    def _merge_heads(self, t: Tensor) -> Tensor:
-        """[B, heads, T, head_dim] -> [B, T, d]."""
-        batch, _, length, _ = t.shape
-        return t.transpose(1, 2).reshape(batch, length, self.config.d_model)
 
 
 class StepSlot(Protocol):

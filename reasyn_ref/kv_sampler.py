@@ -24,8 +24,9 @@ from __future__ import annotations
 import torch
 
 from .bucketing import bucket_seq
+from .checks import check_bool
 from .kv_decoder import EagerSteps, KVDecoder, StepBuffers, StepKey, StepSource, claimed
-from .model import step_context, with_bf16_matmul_weights
+from .model import Decoder, step_context, with_bf16_matmul_weights
 from .sampler import SampleCall, TargetSampler, check_graph_settings, pad_memory, pad_rows
 
 
@@ -35,17 +36,37 @@ class KVSampler(TargetSampler):
     Flags left as None come from ``REASYN_BF16`` and ``REASYN_CUDAGRAPH``; explicit arguments
     win. Always batched and bucketed (the cache is per batch bucket). The decoder's weights are
     read when the sampler is built (with bf16 on CUDA, copied): build a new sampler after
-    changing them. ``temperature``: see ``TargetSampler``.
+    changing them. ``temperature``: see ``TargetSampler``. ``compile_blocks``: the steps run
+    ``KVDecoder``'s compiled blocks, graphs on and off alike (one compilation per batch bucket).
     """
 
     steps: StepSource
+
+    def __init__(
+        self,
+        decoder: Decoder,
+        *,
+        temperature: float = 0.1,
+        bf16: bool | None = None,
+        cudagraph: bool | None = None,
+        graph_capacity: int = 3,
+        compile_blocks: bool = False,
+    ) -> None:
+        self.compile_blocks = check_bool("compile_blocks", compile_blocks)
+        super().__init__(
+            decoder,
+            temperature=temperature,
+            bf16=bf16,
+            cudagraph=cudagraph,
+            graph_capacity=graph_capacity,
+        )
 
     def _build_steps(self) -> None:
         if self.cudagraph:
             check_graph_settings(batched=True, bucket=True, bf16=self.bf16, device=self.device)
         on_gpu_in_bf16 = self.bf16 and self.device.type == "cuda"
-        decoder = self.decoder
-        self.kv = KVDecoder(with_bf16_matmul_weights(decoder) if on_gpu_in_bf16 else decoder)
+        decoder = with_bf16_matmul_weights(self.decoder) if on_gpu_in_bf16 else self.decoder
+        self.kv = KVDecoder(decoder, compile_blocks=self.compile_blocks)
         if self.cudagraph:
             from .kv_graphs import StepGraphCache  # only graph runs need it
 

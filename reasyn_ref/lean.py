@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import DecoderConfig
-from .model import Decoder, check_decoder_inputs
+from .model import Decoder, check_decoder_inputs, merge_heads, split_heads
 
 # How far the lean step's logits may lie from the upstream bf16-autocast step's: the largest
 # absolute difference over the largest absolute upstream logit (the tests hold it to this).
@@ -66,7 +66,7 @@ class LeanLayer(nn.Module):
         a = F.scaled_dot_product_attention(
             self.heads(q), self.heads(k), self.heads(v), is_causal=True
         )
-        h = h + F.linear(self.merge(a), self.out_w, self.out_b)
+        h = h + F.linear(merge_heads(a), self.out_w, self.out_b)
         return self.cross_and_feed_forward(h, cross_k, cross_v, cross_mask)
 
     def forward_at(
@@ -89,7 +89,7 @@ class LeanLayer(nn.Module):
         a = F.scaled_dot_product_attention(
             self.heads(q), self.heads(k), self.heads(v), attn_mask=visible
         )
-        h = h + F.linear(self.merge(a), self.out_w, self.out_b)
+        h = h + F.linear(merge_heads(a), self.out_w, self.out_b)
         return self.cross_and_feed_forward(h, cross_k, cross_v, cross_mask)
 
     def cross_and_feed_forward(
@@ -98,7 +98,7 @@ class LeanLayer(nn.Module):
         """The cross-attention and feed-forward blocks with their residuals; h [B, L, d]."""
         q = self.heads(F.linear(self.norm(h, 1), self.cross_q_w, self.cross_q_b))
         a = F.scaled_dot_product_attention(q, cross_k, cross_v, attn_mask=cross_mask)
-        h = h + F.linear(self.merge(a), self.cross_out_w, self.cross_out_b)
+        h = h + F.linear(merge_heads(a), self.cross_out_w, self.cross_out_b)
         hidden = F.relu(F.linear(self.norm(h, 2), self.ff1_w, self.ff1_b))
         return h + F.linear(hidden, self.ff2_w, self.ff2_b)
 
@@ -108,14 +108,7 @@ class LeanLayer(nn.Module):
 
     def heads(self, x: Tensor) -> Tensor:
         """[B, L, d] -> [B, H, L, d / H], a view."""
-        batch, length, d = x.shape
-        return x.view(batch, length, self.nhead, d // self.nhead).transpose(1, 2)
-
-    @staticmethod
-    def merge(x: Tensor) -> Tensor:
-        """[B, H, L, d / H] -> [B, L, d]."""
-        batch, heads, length, head_dim = x.shape
-        return x.transpose(1, 2).reshape(batch, length, heads * head_dim)
+        return split_heads(x, self.nhead)
 
 
 class LeanDecoder(nn.Module):

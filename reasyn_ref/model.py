@@ -525,3 +525,15 @@ def cross_attention_inputs(
     per_head = torch.zeros(batch, nhead, 1, memory_len, dtype=dtype, device=memory.device)
     per_head.masked_fill_(memory_padding_mask.view(batch, 1, 1, memory_len), float("-inf"))
     return memory, per_head.view(batch * nhead, 1, memory_len).expand(-1, length, -1)
+
+
+def split_heads(t: Tensor, heads: int) -> Tensor:
+    """[B, T, d] -> [B, heads, T, d / heads], a view."""
+    batch, length, d = t.shape
+    return t.view(batch, length, heads, d // heads).transpose(1, 2)
+
+
+def merge_heads(t: Tensor) -> Tensor:
+    """[B, heads, T, head_dim] -> [B, T, d]."""
+    batch, heads, length, head_dim = t.shape
+    return t.transpose(1, 2).reshape(batch, length, heads * head_dim)

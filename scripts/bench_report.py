@@ -1,6 +1,6 @@
 """Turn a pytest-benchmark JSON written by tests/bench into a markdown report and a PNG plot.
 
-    python scripts/bench_report.py BENCH.json --out reports/bench-h200.md --plot reports/bench-h200.png
+    python scripts/bench_report.py BENCH.json [MORE.json ...] --out reports/bench-h200.md --plot reports/bench-h200.png
 
 The benchmarks describe themselves in ``extra_info`` (``bench``, ``variant``, ``key``, ...) and
 store the ratios they computed within their run (``speedup_vs_eager``, ...); this script only
@@ -38,6 +38,7 @@ LEAN_TOLERANCE = 3e-2
 FORWARD_KEYS = ((1, 64), (8, 64), (16, 128), (64, 128), (256, 512))  # (batch, sequence)
 STEP_KINDS = ("exact", "lean")  # the graph cache's two steps: upstream-exact and lean
 SUITE_TARGETS = ("reasyn", "reasyn-lean")  # the bundled conformance targets timed
+KV_BATCHES = (1, 8, 64)  # the batches the KV decoder's step is timed at
 EVERY_KEY = {"key": FORWARD_KEYS}
 
 
@@ -130,6 +131,16 @@ GOALS: dict[str, Goal] = {
     ),
     "incremental graphed vs full-recompute graphed sampler at batch 64": Goal(
         4.0, "speedup_vs_full_graph", {"bench": "incremental", "variant": "graph", "batch": 64}
+    ),
+    # A step of at most 0.5 ms with the draw, on the way to 4,000.
+    "incremental graphed sampler tokens/s at batch 1": Goal(
+        2000.0, "tokens_per_s", {"bench": "incremental", "variant": "graph", "batch": 1}
+    ),
+    "KV step graph vs torch.compile of the same step, every batch (paired)": Goal(
+        1.0,
+        "graph_speedup_paired",
+        {"bench": "kv_step", "variant": "compile"},
+        every={"batch": KV_BATCHES},
     ),
     "64-case parity check on the GPU, seconds, every step": Goal(
         0.5,
@@ -280,6 +291,10 @@ def refusals(report: dict[str, Any]) -> list[str]:
     return found
 
 
+# What makes two runs' machines the same stack (pytest-cudagraph's machine_info).
+STACK_FIELDS = ("python_version", "torch", "torch_cuda", "nvidia_driver", "gpus")
+
+
 def stack_line(machine_info: dict[str, Any]) -> str:
     """Python, torch, CUDA, driver and GPUs, from the machine info pytest-cudagraph adds."""
     counts = Counter(machine_info.get("gpus") or [])
@@ -380,8 +395,31 @@ def render_markdown(report: dict[str, Any]) -> str:
                 "incremental graphed tokens/s",
                 "incremental graphed / full-recompute graphed",
                 "incremental graphed / incremental eager",
+                "incremental graphed, compiled blocks, tokens/s",
             ],
             _incremental_rows(entries),
+        ),
+        "",
+        "## KV decoder step",
+        "",
+        "One step of the KV decoder (cache of 128 positions, memory 64) and the fp32 copy of "
+        "its logits, as the sampler runs it: torch.compile of the step (mode default, "
+        "fullgraph), the cache's graph of the step, and its graph of the compiled blocks "
+        "(its ms from its pairs with compile); each graph against compile in interleaved "
+        "pairs, and kernels and device ms per token from the profiler.",
+        "",
+        *_table(
+            [
+                "batch",
+                "compile ms",
+                "graph ms",
+                "compiled-blocks graph ms",
+                "graph / compile (paired)",
+                "compiled-blocks graph / compile (paired)",
+                "kernels per token: compile, graph, compiled-blocks graph",
+                "device ms per token: compile, graph, compiled-blocks graph",
+            ],
+            _kv_step_rows(entries),
         ),
         "",
         "## Replay efficiency",
@@ -599,8 +637,9 @@ def _incremental_rows(entries: list[dict[str, Any]]) -> list[list[str]]:
     rows = []
     for batch in sorted({e.get("batch", 0) for e in incremental}):
         by_variant = {e.get("variant"): e for e in select(incremental, batch=batch)}
-        full, eager, graph = (
-            by_variant.get(v, {}) for v in ("full_recompute_graph", "eager", "graph")
+        full, eager, graph, compiled = (
+            by_variant.get(v, {})
+            for v in ("full_recompute_graph", "eager", "graph", "compiled_graph")
         )
         tokens = next((e["tokens"] for e in (full, eager, graph) if "tokens" in e), None)
         rows.append(
@@ -612,6 +651,44 @@ def _incremental_rows(entries: list[dict[str, Any]]) -> list[list[str]]:
                 _num(graph.get("tokens_per_s"), 0),
                 _times(graph.get("speedup_vs_full_graph")),
                 _times(graph.get("speedup_vs_eager")),
+                _num(compiled.get("tokens_per_s"), 0),
+            ]
+        )
+    return rows
+
+
+def _kv_step_rows(entries: list[dict[str, Any]]) -> list[list[str]]:
+    """Per batch: compile, the graph, and the graph of the compiled blocks (measured in the
+    compile benchmark, against it)."""
+    measured = select(entries, bench="kv_step")
+    rows = []
+    for batch in sorted({e.get("batch", 0) for e in measured}):
+        by_variant = {e.get("variant"): e for e in select(measured, batch=batch)}
+        compile_, graph = by_variant.get("compile", {}), by_variant.get("graph", {})
+        rows.append(
+            [
+                str(batch),
+                _num(compile_.get("median_ms"), 3),
+                _num(graph.get("median_ms"), 3),
+                _num(compile_.get("compiled_graph_ms"), 3),
+                _times(compile_.get("graph_speedup_paired"), 3),
+                _times(compile_.get("compiled_graph_speedup_paired"), 3),
+                ", ".join(
+                    str(entry.get(name, "-"))
+                    for entry, name in (
+                        (compile_, "kernels_per_token"),
+                        (graph, "kernels_per_token"),
+                        (compile_, "compiled_graph_kernels_per_token"),
+                    )
+                ),
+                ", ".join(
+                    _num(entry.get(name), 3)
+                    for entry, name in (
+                        (compile_, "device_ms_per_token"),
+                        (graph, "device_ms_per_token"),
+                        (compile_, "compiled_graph_device_ms_per_token"),
+                    )
+                ),
             ]
         )
     return rows
@@ -787,10 +864,40 @@ def check(report: dict[str, Any]) -> list[str]:
     return problems
 
 
+def merge_runs(runs: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
+    """One run from the pytest-benchmark JSONs of one tree on one stack (the GPU recipe's
+    benchmark steps, ``(path, report)`` each): their benchmarks together under the first's
+    header. JSONs of different commits or stacks are not one run: ValueError naming them."""
+    (first_path, first), *others = runs
+    for path, report in others:
+        for info, fields in (("commit_info", ("id", "dirty")), ("machine_info", STACK_FIELDS)):
+            want = {name: (first.get(info) or {}).get(name) for name in fields}
+            got = {name: (report.get(info) or {}).get(name) for name in fields}
+            if got != want:
+                raise ValueError(
+                    f"{path} has {info} {got}, {first_path} has {want}: JSONs of different "
+                    "commits or stacks are not one run; give the JSONs of one run only"
+                )
+    merged = dict(first)
+    merged["benchmarks"] = [b for _, report in runs for b in report.get("benchmarks", [])]
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("bench_json", type=Path, help="a pytest-benchmark JSON of tests/bench")
+    parser.add_argument(
+        "bench_json",
+        type=Path,
+        nargs="+",
+        help="pytest-benchmark JSON(s) of tests/bench: one run, or the parts of one run "
+        "(same commit and stack) that the GPU recipe's benchmark steps write",
+    )
     parser.add_argument("--out", type=Path, required=True, help="markdown report to write")
+    parser.add_argument(
+        "--merged",
+        type=Path,
+        help="also write the JSONs as one pytest-benchmark JSON (the baseline's form)",
+    )
     parser.add_argument("--plot", type=Path, help="PNG plot to write (needs matplotlib)")
     parser.add_argument(
         "--check",
@@ -800,7 +907,13 @@ def main(argv: list[str] | None = None) -> int:
         "benchmarks or recorded on a dirty tree",
     )
     args = parser.parse_args(argv)
-    report = json.loads(args.bench_json.read_text())
+    try:
+        report = merge_runs([(path, json.loads(path.read_text())) for path in args.bench_json])
+    except ValueError as error:
+        parser.error(str(error))
+    if args.merged is not None:
+        args.merged.write_text(json.dumps(report, indent=4))
+        print(f"wrote {args.merged}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render_markdown(report))
     print(f"wrote {args.out}")

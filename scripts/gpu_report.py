@@ -1,108 +1,129 @@
-"""Build the GPU run's Markdown report from what scripts/gpu_suite.sh left in OUTDIR.
+"""Build the GPU run's Markdown report from what scripts/gpu_suite.sh left in one OUTDIR or more
+(one per device call, when the recipe ran in parts with STEPS).
 
 Each step's results file (``STEP.json``, the plugin's ``--cudagraph-json``) is rendered by the
 plugin's own Markdown report (pytest_cudagraph.report_markdown): outcomes and failure reasons,
 the figures tests recorded with ``record_property``, parity, memory, the conformance table,
-skips. This script adds only what the results cannot know: the steps' exit codes (a step that
-died wrote no results), the command that ran, and the benchmarks' bench.md.
+skips; a step that writes Markdown instead (order independence) is included as it is. This
+script adds what the results cannot know: the commands that ran, which steps ran, were cut off
+at their limit or did not run (``steps.jsonl``, ``recipe.json``), and the benchmark report.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
+import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from gpu_recipe import STEP_NAMES
 
 from pytest_cudagraph import report_markdown, results
 
-STEPS = (
-    "tests",
-    "tests-reasyn-ref",
-    "tests-conformance",
-    "conformance",
-    "conformance-kv",
-    "conformance-lean",
-    "conformance-decode-step",
-    "conformance-decode-token",
-    "conformance-graphed-layer",
-    "conformance-bucket-runner",
-    "conformance-piecewise-runner",
-    "conformance-hf-static-cache",
-    "conformance-foreign",
-    "conformance-quickstart",
-    "conformance-xdist",
-    "bench",
-)
-SUITE_KNOBS = ("TEST_ARGS", "SKIP_BENCH", "BENCH_COMPARE", "BENCH_ARGS", "GPUS", "STEPS", "JOBS")
+
+def read_runs(outdirs: Sequence[Path]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Each OUTDIR's recipe.json (what ran) and step -> the record of its last run
+    (steps.jsonl, one JSON object a line)."""
+    recipes, records = [], {}
+    for outdir in outdirs:
+        recipe = outdir / "recipe.json"
+        if recipe.exists():
+            recipes.append(json.loads(recipe.read_text()))
+        steps = outdir / "steps.jsonl"
+        if steps.exists():
+            for line in steps.read_text().splitlines():
+                if line.strip():
+                    record = json.loads(line)
+                    records[record["step"]] = record
+    return recipes, records
 
 
-def suite_command(label: str) -> str:
-    """The gpu_suite.sh command line, with the knobs (environment) that changed what ran."""
-    knobs = [f"{name}='{os.environ[name]}' " for name in SUITE_KNOBS if os.environ.get(name)]
-    return "".join(knobs) + f"bash scripts/gpu_suite.sh $OUT {label}"
+def outcome(step: str, record: dict[str, Any] | None, recipes: Sequence[dict[str, Any]]) -> str:
+    if record is None:
+        if any(step in recipe["steps"] for recipe in recipes):
+            return "did not run: the run's budget (BUDGET_S) ran out or the run was stopped"
+        return "not run (not in STEPS)"
+    if record["cut"]:
+        stopped = {"limit": f"its limit ({record['limit_s']} s)", "budget": "the run's BUDGET_S"}
+        by = stopped.get(record["cut"], "an interrupt")
+        return f"cut off by {by} after {record['seconds']:.0f} s: the results it had"
+    return "passed" if record["exit"] == 0 else f"failed (exit {record['exit']})"
 
 
-def step_exits(outdir: Path) -> dict[str, str]:
-    """Step -> its exit code, from gpu_suite.sh's exits.txt (lines "STEP exit CODE")."""
-    path = outdir / "exits.txt"
-    if not path.exists():
-        return {}
-    exits = {}
-    for line in path.read_text().splitlines():
-        step, _, code = line.partition(" exit ")
-        if code:
-            exits[step.strip()] = code.strip()
-    return exits
+def steps_table(recipes: Sequence[dict[str, Any]], records: dict[str, dict[str, Any]]) -> list[str]:
+    """One row per step the runs planned: its outcome, its seconds against the plan."""
+    planned = {name for recipe in recipes for name in recipe["planned"]} | set(records)
+    lines = ["| step | outcome | seconds | planned s |", "| --- | --- | --- | --- |"]
+    for step in STEP_NAMES:
+        if step in planned:
+            record = records.get(step)
+            seconds = f"{record['seconds']:.0f}" if record else "-"
+            plan = recipes[0]["planned"].get(step, "-") if recipes else "-"
+            lines.append(f"| {step} | {outcome(step, record, recipes)} | {seconds} | {plan} |")
+    return lines
 
 
-def render(outdir: Path, label: str, commit: str | None = None, command: str | None = None) -> str:
-    exits = step_exits(outdir)
-    documents: dict[str, dict[str, object]] = {}
-    problems: dict[str, str] = {}
-    for step in STEPS:
+def step_body(outdirs: Sequence[Path], step: str, record: dict[str, Any] | None) -> list[str]:
+    """A step's section: its results rendered, its own Markdown, or why there is neither."""
+    for outdir in reversed(outdirs):  # a later call's run of a step is the one reported
         path = outdir / f"{step}.json"
         if path.exists():
             try:
-                documents[step] = results.read_document(path)
+                return report_markdown.body_lines(results.read_document(path), level=3)
             except ValueError as error:
-                problems[step] = f"Results unreadable: {error}"
-        elif step in exits:
-            problems[step] = (
-                f"No results: the step exited {exits[step]} without writing {path.name}."
-            )
+                return [f"Results unreadable: {error}", ""]
+        markdown = outdir / f"{step}.md"
+        if markdown.exists():
+            return [markdown.read_text(), ""]
+    if record is None:
+        return []
+    return [f"No results: the step exited {record['exit']} without writing {step}.json.", ""]
+
+
+def first_results(outdirs: Sequence[Path]) -> dict[str, object] | None:
+    """The first readable results of any step: where the header's stack comes from."""
+    for outdir in outdirs:
+        for step in STEP_NAMES:
+            with contextlib.suppress(OSError, ValueError):
+                return results.read_document(outdir / f"{step}.json")
+    return None
+
+
+def render(outdirs: Sequence[Path], label: str, commit: str | None = None) -> str:
+    recipes, records = read_runs(outdirs)
+    document = first_results(outdirs)
+    commit = commit or next((recipe["commit"] for recipe in recipes), None)
     out = [f"# GPU run: {label}", ""]
-    if documents:
-        out += report_markdown.header_lines(next(iter(documents.values())), commit)
+    if document is not None:
+        out += report_markdown.header_lines(document, commit)
     elif commit:
         out.append(f"- commit: {commit}")
-    out += [f"- command: `{command or suite_command(label)}`", ""]
-    if exits:
-        out += ["Step exit codes: " + "; ".join(f"{s} {c}" for s, c in exits.items()), ""]
-    for step in STEPS:
-        if step in documents:
-            out += [f"## {step}", "", *report_markdown.body_lines(documents[step], level=3)]
-        elif step in problems:
-            out += [f"## {step}", "", problems[step], ""]
-    bench = outdir / "bench.md"
-    if bench.exists():
-        out += ["## Benchmarks", "", bench.read_text()]
+    out += [f"- command: `{recipe['command']}`" for recipe in recipes]
+    out += ["", "## Steps", "", *steps_table(recipes, records), ""]
+    for step in STEP_NAMES:
+        body = step_body(outdirs, step, records.get(step))
+        if body:
+            out += [f"## {step}", "", *body]
+    for outdir in outdirs:
+        bench = outdir / f"bench-{label}.md"
+        if bench.exists():
+            out += ["## Benchmarks", "", bench.read_text()]
     return "\n".join(out).rstrip("\n") + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("outdir", type=Path)
+    parser.add_argument("outdirs", type=Path, nargs="+", help="the recipe's OUTDIR(s), in order")
     parser.add_argument("--label", default="gpu")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument(
         "--commit",
-        help="the commit of the tree that ran (default: what the results say, from git)",
-    )
-    parser.add_argument(
-        "--command", help="what ran, where it was not gpu_suite.sh (default: its command line)"
+        help="the commit of the tree that ran (default: what the recipe recorded)",
     )
     args = parser.parse_args()
-    args.out.write_text(render(args.outdir, args.label, args.commit, args.command))
+    args.out.write_text(render(args.outdirs, args.label, args.commit))
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-from collections.abc import Collection, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,6 +197,21 @@ def run_suite(target: str, json_path: Path, select: str | None, extra: Sequence[
     return load_run(json_path, finished.returncode)
 
 
+def run_each(checks: Sequence[str], run_alone: Callable[[str], Run], jobs: int) -> dict[str, Run]:
+    """check -> its run alone, ``jobs`` at a time. Interrupted (SIGINT, as the GPU recipe stops
+    a step at its limit: the runs in flight are interrupted too and leave partial results), the
+    runs that ended are kept and the rest left out, so the report says which were not run."""
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    futures = {check: pool.submit(run_alone, check) for check in checks}
+    try:
+        wait(futures.values())
+    except KeyboardInterrupt:
+        print("interrupted: the checks not yet run alone are left out")
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return {check: run.result() for check, run in futures.items() if not run.cancelled()}
+
+
 def function_name(check: str) -> str:
     """The check's test function: "bounded memory" -> "test_bounded_memory"."""
     return "test_" + check.replace(" ", "_")
@@ -259,8 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = args.out / f"alone-{function_name(check)}.json"
         return run_suite(args.target, path, function_name(check), pytest_args)
 
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        alone = dict(zip(checks, pool.map(run_alone, checks), strict=True))
+    alone = run_each(checks, run_alone, args.jobs)
     comparisons = compare(full, alone, checks)
     report = markdown(args.target, comparisons)
     print(report)

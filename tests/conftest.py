@@ -1,5 +1,6 @@
-"""Fixtures every test folder shares: no cudagraph settings from the outer environment, and a
-pytester whose runs use the CPU for the GPU-bound fixtures."""
+"""Fixtures every test folder shares: no cudagraph settings from the outer environment, a
+pytester whose runs use the CPU for the GPU-bound fixtures, and inner runs that pytest-benchmark
+does not take for xdist workers."""
 
 from __future__ import annotations
 
@@ -69,3 +70,11 @@ def cpu_pytester(pytester: pytest.Pytester) -> pytest.Pytester:
     """A pytester whose runs use the CPU for ``cuda_device`` and a scripted memory probe."""
     pytester.makeconftest(CPU_CONFTEST)
     return pytester
+
+
+@pytest.fixture
+def outside_xdist(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under `pytest -n` an inner run must not take itself for an xdist worker: pytest-benchmark
+    turns itself off there (and then refuses --benchmark-only)."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)

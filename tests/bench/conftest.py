@@ -11,7 +11,9 @@ and docs/benchmarks.md name ``{cudagraph_stack_id}`` in their benchmark paths.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -22,6 +24,15 @@ from reasyn_ref import Decoder
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     host_bound_first(items, Path(__file__).parent)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_benchmark_generate_json(benchmarks: list[Any]) -> Generator[None, object, object]:
+    """A benchmark that timed no round (interrupted, as the GPU recipe interrupts a step at its
+    limit, or its call raised) is left out of the JSON: pytest-benchmark would fail writing it,
+    and lose every finished benchmark's figures with it."""
+    benchmarks[:] = [benchmark for benchmark in benchmarks if benchmark.stats.data]
+    return (yield)
 
 
 @pytest.fixture(scope="session")

@@ -73,3 +73,15 @@ def test_incremental_graphs_on(batch, rigged_decoder, cuda_benchmark, bench_resu
     bench_results.ratio(
         info, "speedup_vs_eager", eager, bench_results.get(("incremental", "graph", batch))
     )
+
+
+# At batch 1, where a step is its kernels' launches and fused kernels count most.
+@pytest.mark.parametrize("batch", [1])
+def test_incremental_compiled_graphs_on(batch, rigged_decoder, cuda_benchmark, bench_results):
+    """The sampler with the compiled blocks (``compile_blocks``), graphs on: its rounding is
+    inductor's, so its tokens are not compared with the plain sampler's."""
+    sampler = KVSampler(rigged_decoder, bf16=True, cudagraph=True, compile_blocks=True)
+    benchmark_sampler(cuda_benchmark, sampler, batch, "compiled_graph")
+    assert isinstance(sampler.steps, StepGraphCache)
+    sampler.steps.clear()
+    record(cuda_benchmark, bench_results, "compiled_graph", batch)

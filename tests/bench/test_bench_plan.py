@@ -12,6 +12,7 @@ import statistics
 
 import pytest
 import test_bench_ar_forward as ar_forward
+import test_bench_kv_step as kv_step
 from bench_report import FORWARD_VARIANTS, GOALS, PAIRED_COMPARISONS
 from bench_workloads import PAIRS, PAIRS_BUDGET_S, paired
 
@@ -80,3 +81,11 @@ def test_pairs_interleave_the_two_calls_and_take_medians():
 def test_pairs_are_fewer_when_the_first_pair_is_slow_but_at_least_five(first_ms, pairs):
     timer = FakeTimer(eager=[first_ms / 2], graph=[first_ms / 2])
     assert paired(eager, graph, timer).pairs == pairs
+
+
+def test_the_kv_steps_compile_runs_first_at_each_batch_and_is_marked_slow():
+    """Its partner graphs are captured inside it, after compile; the GPU recipe's compile step
+    selects it by its id (-k compile)."""
+    compile_, *graphs = kv_step.VARIANTS
+    assert compile_.values == ("compile",) and [m.name for m in compile_.marks] == ["slow"]
+    assert graphs == ["graph"]

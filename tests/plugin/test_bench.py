@@ -31,14 +31,6 @@ def test_sum(benchmark):
 
 
 @pytest.fixture
-def outside_xdist(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under `pytest -n` an inner run must not take itself for an xdist worker: pytest-benchmark
-    turns itself off there (and then refuses --benchmark-only)."""
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
 def bench_pytester(pytester: pytest.Pytester, outside_xdist: None) -> pytest.Pytester:
     """A project with one small benchmark, run as pytest-benchmark runs it outside xdist."""
     pytester.makepyfile(test_small=SMALL_BENCHMARK)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from distributions import registered_targets
-from gpu_report import STEPS, SUITE_KNOBS
+from gpu_recipe import INSTALL_TARGETS, KNOBS, RECORDING_KNOBS, STEP_NAMES
 
 from pytest_cudagraph.engines.stack import parse_pinned_stack
 
@@ -110,10 +110,10 @@ def test_the_cpu_job_runs_what_ci_runs() -> None:
     assert "bash .ci/run" in run_lines(workflow, "cpu")
 
 
-# The recipe's knobs (scripts/gpu_suite.sh): those that change what runs (the report names
+# The recipe's knobs (scripts/gpu_recipe.py): those that change what runs (the report names
 # them) and the rest. Set outside, as on a GPU host running the recipe, they would change what
 # the dry run prints.
-RECIPE_KNOBS = (*SUITE_KNOBS, "SKIP_INSTALL", "STEP_TIMEOUT", "GIT_COMMIT")
+RECIPE_KNOBS = (*KNOBS, *RECORDING_KNOBS)
 
 
 def recipe_env(**knobs: str) -> dict[str, str]:
@@ -133,8 +133,8 @@ def gpu_recipe_steps(**knobs: str) -> dict[str, str]:
     )
     # The script makes OUTDIR absolute; the docs write it as given.
     lines = shown.stdout.replace(str(ROOT / "OUTDIR"), "OUTDIR").splitlines()
-    steps = [line.removeprefix("== ").split(": ", 1) for line in lines]
-    return {name: command for name, command in steps if name != "commit"}
+    steps = [line.removeprefix("== ").split(": ", 1) for line in lines if line.startswith("== ")]
+    return dict(steps)
 
 
 def targets_of(steps: dict[str, str]) -> set[str]:
@@ -188,7 +188,7 @@ def test_docs_ci_gives_every_step_of_the_gpu_recipe() -> None:
 
 
 def test_the_report_knows_every_step_of_the_gpu_recipe_in_its_order() -> None:
-    assert list(gpu_recipe_steps(GPUS="2")) == list(STEPS)
+    assert list(gpu_recipe_steps(GPUS="2")) == list(STEP_NAMES)
 
 
 def test_knobs_set_outside_do_not_change_the_recipe_the_tests_read(
@@ -246,7 +246,7 @@ def test_each_set_up_of_the_repository_installs_both_distributions() -> None:
     assert '-e ".[test]" -e ./reasyn_ref' in "\n".join(
         run_lines(load_workflow(WORKFLOWS / "gpu.yml"), "gpu")
     )
-    assert both in (ROOT / "scripts" / "gpu_suite.sh").read_text()
+    assert " ".join(INSTALL_TARGETS) == both
     assert tox_env("pinned").parser.get("testenv", "commands_pre").split() == [
         "python",
         "-m",

@@ -95,6 +95,23 @@ def test_a_loaded_model_holds_the_weights_torch_load_read_without_copying_them(s
     assert not any(t.is_meta for t in [*model.parameters(), *model.buffers()])
 
 
+def test_the_bytes_checked_against_the_crcs_are_those_the_weights_were_loaded_with(
+    saved, monkeypatch
+):
+    """A weight changed between the file and the model (here by torch.load itself) is
+    refused: the CRCs are summed over the loaded tensors, not over a second read."""
+    load = torch.load
+
+    def changed(*args, **kwargs):
+        payload = load(*args, **kwargs)
+        payload["state_dict"]["head.4.bias"][0] += 1
+        return payload
+
+    monkeypatch.setattr(torch, "load", changed)
+    with pytest.raises(ValueError, match=r"member '[^']*/data/\d+' does not match its CRC"):
+        load_checkpoint(saved)
+
+
 def test_file_is_a_plain_dict_with_the_config_and_no_buffers(saved, tiny_decoder):
     payload = torch.load(saved, weights_only=True)
     assert payload["format_version"] == FORMAT_VERSION
@@ -423,6 +440,22 @@ def missing_and_unexpected(payload: dict) -> dict:
         ),
         pytest.param(
             lambda p: p | {"format_version": 2}, r"has format_version 2", id="newer format"
+        ),
+        pytest.param(
+            lambda p: p | {"format_version": torch.tensor(FORMAT_VERSION)},
+            r"has a format_version that is a torch.int64 tensor of shape \(\) on cpu; it must "
+            r"be an int \(this reader knows 1\)",
+            id="format version a tensor",
+        ),
+        pytest.param(
+            lambda p: p | {"format_version": torch.ones(3, dtype=torch.long)},
+            r"has a format_version that is a torch.int64 tensor of shape \(3,\)",
+            id="format version a tensor of three",
+        ),
+        pytest.param(
+            lambda p: p | {"format_version": True},
+            r"has a format_version that is a bool; it must be an int",
+            id="format version a bool",
         ),
         pytest.param(
             lambda p: p["state_dict"], r"is not a reasyn_ref checkpoint", id="bare state_dict"

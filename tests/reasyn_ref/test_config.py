@@ -28,6 +28,15 @@ def test_a_decoder_config_field_of_the_wrong_type_is_refused(field, value, expec
         DecoderConfig(**{field: value})
 
 
+@pytest.mark.parametrize("token", [1, 2, 5])
+def test_start_and_end_tokens_must_differ(token):
+    with pytest.raises(
+        ValueError,
+        match=rf"^DecoderConfig\.start_token and end_token must differ: .*; both are {token}$",
+    ):
+        DecoderConfig(start_token=token, end_token=token)
+
+
 def test_an_encoder_config_pad_token_must_be_an_int():
     with pytest.raises(TypeError, match=r"^EncoderConfig\.pad_token must be int, got True"):
         EncoderConfig(pad_token=True)

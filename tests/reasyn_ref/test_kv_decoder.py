@@ -18,6 +18,7 @@ from reasyn_ref import (
     load_checkpoint,
     save_checkpoint,
 )
+from reasyn_ref.model import with_bf16_matmul_weights
 from reasyn_ref.sampler import pad_memory, pad_rows
 
 START, END = 1, 2
@@ -111,6 +112,29 @@ def test_greedy_decoding_matches_the_full_decoder(tiny_decoder, target):
             row.append(token)
         logits = decoding.feed(logits.argmax(-1).tolist())
     assert decoding.rows == full_rows
+
+
+@pytest.mark.slow  # compiles the two blocks (inductor's C++ on the CPU)
+def test_compiled_blocks_compute_the_plain_step_and_repeat_themselves_exactly(tiny_decoder, target):
+    """The same prefill and 6 steps, plain and with the compiled blocks: the logits and caches
+    agree within fp32 rounding (inductor orders its reductions its own way), and the compiled
+    step run twice on the same inputs is bit-identical (what its graph relies on)."""
+    memory, mask = pad_memory(*target)
+    key = StepKey(4, 64, memory.shape[1])
+    rows = random_rows([1, 4, 9], seed=5)
+    compiled = KVDecoder(tiny_decoder, compile_blocks=True)
+    runs = [Decoding(kv, key) for kv in (KVDecoder(tiny_decoder), compiled, compiled)]
+    for decoding in runs:
+        decoding.start(rows, memory, mask)
+    generator = torch.Generator().manual_seed(6)
+    for step in range(6):
+        fed = torch.randint(3, 272, (3,), generator=generator).tolist()
+        plain, once, again = (decoding.feed(fed) for decoding in runs)
+        torch.testing.assert_close(once, plain, **FP32_TOLERANCE, msg=f"step {step}")
+        assert torch.equal(once, again), f"step {step}"
+    plain_cache, once_cache, again_cache = (decoding.buffers.cache for decoding in runs)
+    torch.testing.assert_close(once_cache, plain_cache, **FP32_TOLERANCE)
+    assert torch.equal(once_cache, again_cache)
 
 
 def test_a_step_writes_each_rows_keys_and_values_at_its_own_position_only(tiny_decoder, target):
@@ -223,6 +247,11 @@ def test_kv_decoder_needs_a_decoder():
         KVDecoder(torch.nn.Linear(2, 2))
 
 
+def test_compile_blocks_must_be_a_bool(tiny_decoder):
+    with pytest.raises(TypeError, match=r"^compile_blocks must be a bool, got 1"):
+        KVDecoder(tiny_decoder, compile_blocks=1)
+
+
 @pytest.mark.parametrize(
     ("key", "error", "match"),
     [
@@ -294,6 +323,12 @@ def test_prefill_refuses_bad_inputs_before_writing_anything(kv, buffers, tokens,
         (torch.zeros(1, 64, 32), torch.zeros(1, 64), r"memory_padding_mask must be a torch.bool"),
         (torch.zeros(1, 64, 32), torch.zeros(1, 63, dtype=torch.bool), r"must be \(1, 64\)"),
         (torch.zeros(1, 64, 32, dtype=torch.long), None, r"memory must be a floating-point"),
+        (
+            torch.zeros(1, 64, 32, dtype=torch.float64),
+            torch.zeros(1, 64, dtype=torch.bool),
+            r"memory must be torch.float32 \(the step's dtype, or under autocast the "
+            r"decoder's\), got torch.float64 tensor of shape \(1, 64, 32\)",
+        ),
     ],
 )
 def test_load_target_refuses_bad_memory_before_writing_anything(kv, buffers, memory, mask, match):
@@ -301,6 +336,34 @@ def test_load_target_refuses_bad_memory_before_writing_anything(kv, buffers, mem
     with pytest.raises(ValueError, match=match):
         kv.load_target(buffers, memory, mask)
     assert torch.equal(buffers.cross, before[0]) and torch.equal(buffers.cross_mask, before[1])
+
+
+@pytest.mark.parametrize("bf16_weights", [False, True], ids=["fp32-weights", "bf16-weights"])
+def test_under_autocast_memory_is_the_decoders_or_the_steps_dtype(tiny_decoder, bf16_weights):
+    """As the sampler runs it on a GPU: the bf16 weight copy, fp32 memory, under autocast."""
+    decoder = with_bf16_matmul_weights(tiny_decoder) if bf16_weights else tiny_decoder
+    kv = KVDecoder(decoder)
+    memory, mask = torch.zeros(1, 64, 32), torch.zeros(1, 64, dtype=torch.bool)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        buffers = kv.new_buffers(StepKey(2, 64, 64), kv.compute_dtype())
+        for dtype in (torch.float32, torch.bfloat16):
+            kv.load_target(buffers, memory.to(dtype), mask)
+        with pytest.raises(ValueError, match=r"memory must be torch.bfloat16 or torch.float32"):
+            kv.load_target(buffers, memory.double(), mask)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "error", "shown"),
+    [
+        (torch.long, ValueError, "torch.int64"),
+        (torch.bool, ValueError, "torch.bool"),
+        ("float32", TypeError, "'float32'"),
+        (None, TypeError, "None"),
+    ],
+)
+def test_new_buffers_needs_a_floating_point_dtype(kv, dtype, error, shown):
+    with pytest.raises(error, match=rf"dtype must be a floating-point torch.dtype.*, got {shown}$"):
+        kv.new_buffers(StepKey(2, 64, 64), dtype)
 
 
 def test_eager_slot_refuses_bad_rows(kv):

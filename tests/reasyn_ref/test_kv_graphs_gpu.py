@@ -123,6 +123,27 @@ def test_the_graphed_step_is_bit_identical_to_the_eager_step_per_bucket(kv, devi
     assert graphs.stats.captures == len(KEYS) and graphs.stats.replays == 24 * len(KEYS)
 
 
+@pytest.mark.slow  # compiles the two blocks at one key
+def test_a_graph_of_the_compiled_blocks_is_bit_identical_to_their_eager_step(decoder, device):
+    """The option's graphs capture the blocks' inductor kernels; their own eager step runs the
+    very same kernels, so the two match bit for bit (neither matches the plain step so)."""
+    compiled = KVDecoder(with_bf16_matmul_weights(decoder), compile_blocks=True)
+    key = StepKey(2, 64, MEMORY_LEN)
+    memory, mask = make_target(compiled.config, device, key.memory_len, seed=0)
+    rows = random_rows(2, 40, seed=0)
+    graphs = StepGraphCache(compiled)
+    with graphs.claim(key) as graph_slot, EagerSteps(compiled, bf16=True).claim(key) as eager_slot:
+        start(compiled, graph_slot, memory, mask, rows)
+        start(compiled, eager_slot, memory, mask, rows)
+        graph_rows, eager_rows = [list(r) for r in rows], [list(r) for r in rows]
+        for step in range(8):
+            tokens = [3 + step, 4 + step]
+            got, want = feed(graph_slot, graph_rows, tokens), feed(eager_slot, eager_rows, tokens)
+            assert torch.equal(got, want), f"step {step}: max |diff| {(got - want).abs().max()}"
+        assert torch.equal(graph_slot.buffers.cache, eager_slot.buffers.cache)
+    assert graphs.stats.replays == 8
+
+
 @pytest.mark.parametrize("what", ["target", "prefixes"])
 def test_a_new_target_or_prefixes_on_a_cached_key_give_the_new_answer(kv, device, what):
     """The stateful hazards: a cache or memory baked in, a cache not refreshed between targets.

@@ -75,6 +75,7 @@ def test_sampler_refuses_graphs_on_the_cpu(tiny_decoder):
         ({"temperature": "0.1"}, TypeError, "temperature must be a finite number"),
         ({"graph_capacity": 0}, ValueError, "graph_capacity must be an int >= 1, got 0"),
         ({"graph_capacity": 2.0}, TypeError, "graph_capacity must be an int >= 1, got 2.0"),
+        ({"compile_blocks": "yes"}, TypeError, "compile_blocks must be a bool, got .yes."),
     ],
 )
 def test_sampler_refuses_bad_construction(tiny_decoder, kwargs, error, match):

@@ -409,6 +409,7 @@ def test_every_goal_names_what_the_plan_runs(report_module):
         "key": report_module.FORWARD_KEYS,
         "step": report_module.STEP_KINDS,
         "target": report_module.SUITE_TARGETS,
+        "batch": report_module.KV_BATCHES,
     }
     for name, goal in report_module.GOALS.items():
         for field, values in goal.every.items():
@@ -609,8 +610,9 @@ def test_nvml_goal_reads_the_full_reading_only(report_module):
 def test_nothing_measured_says_so(report_module):
     markdown = report_module.render_markdown(bench_json([entry(1.0, unrelated=True)]))
     assert {row[5] for row in table_rows(markdown, "Goals")} == {"not measured"}
-    # Three AR forward tables, sampler, incremental, efficiency, overhead, conformance.
-    assert markdown.count("(not measured in this run)") == 8
+    # Three AR forward tables, sampler, incremental, KV step, efficiency, overhead,
+    # conformance.
+    assert markdown.count("(not measured in this run)") == 9
     assert "Fastest at" not in markdown
     assert "Not judged: no benchmarks of tests/bench in this run." in markdown
 
@@ -755,3 +757,93 @@ def test_cli_writes_the_report_and_the_plot_when_it_can(tmp_path):
         assert plot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     else:
         assert not plot.exists() and "matplotlib is not installed" in done.stderr
+
+
+def test_the_parts_of_one_run_are_judged_as_one_and_can_be_merged(report_module, tmp_path):
+    """The GPU recipe's two benchmark steps write a JSON each: compile apart, the rest."""
+    run = every_goal_at(report_module, met=True)
+    compiled = [b for b in run if "compile" in str(b["extra_info"].get("variant"))]
+    parts = [tmp_path / "benchmarks.json", tmp_path / "benchmarks-compile.json"]
+    parts[0].write_text(json.dumps(bench_json([b for b in run if b not in compiled])))
+    parts[1].write_text(json.dumps(bench_json(compiled)))
+    merged = tmp_path / "merged.json"
+    done = run_script(*map(str, parts), "--out", str(tmp_path / "bench.md"), "--check",
+                      "--merged", str(merged))  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    benchmarks = [b for path in parts for b in json.loads(path.read_text())["benchmarks"]]
+    assert json.loads(merged.read_text()) == bench_json(benchmarks)
+    alone = run_script(str(parts[0]), "--out", str(tmp_path / "part.md"), "--check")
+    assert "goal not measured: lean graph vs torch.compile of the lean step" in alone.stderr
+
+
+@pytest.mark.parametrize(
+    ("info", "changed"),
+    [("commit_info", {"id": "f" * 40}), ("machine_info", {"torch": "2.13.0+cu130"})],
+)
+def test_jsons_of_different_commits_or_stacks_are_refused_together(tmp_path, info, changed):
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps(bench_json([])))
+    other = bench_json([])
+    other[info] = {**other[info], **changed}
+    second.write_text(json.dumps(other))
+    done = run_script(str(first), str(second), "--out", str(tmp_path / "bench.md"))
+    assert done.returncode == 2
+    assert f"{second} has {info} " in done.stderr
+    assert "JSONs of different commits or stacks are not one run" in done.stderr
+    assert not (tmp_path / "bench.md").exists()
+
+
+KV_STEP_GOAL = "KV step graph vs torch.compile of the same step, every batch (paired)"
+
+
+def kv_step_benchmarks(batches, graph_speedup: float) -> list[dict]:
+    """The KV step benchmarks as test_bench_kv_step.py records them, at ``batches``."""
+    benchmarks = []
+    for batch in batches:
+        benchmarks += [
+            entry(0.0016, bench="kv_step", variant="compile", batch=batch, cache_len=128,
+                  graph_speedup_paired=graph_speedup, compiled_graph_speedup_paired=2.5,
+                  kernels_per_token=198, device_ms_per_token=0.605, compiled_graph_ms=0.7,
+                  compiled_graph_kernels_per_token=187,
+                  compiled_graph_device_ms_per_token=0.598),
+            entry(0.0009, bench="kv_step", variant="graph", batch=batch, cache_len=128,
+                  kernels_per_token=216, device_ms_per_token=0.754),
+        ]  # fmt: skip
+    return benchmarks
+
+
+@pytest.mark.parametrize(
+    ("batches", "graph_speedup", "verdict"),
+    [((1, 8, 64), 1.8, "met"), ((1, 8, 64), 0.97, "missed"), ((1, 8), 1.8, "incomplete")],
+    ids=["met", "missed", "batch-64-not-run"],
+)
+def test_kv_step_table_and_goal(report_module, batches, graph_speedup, verdict):
+    markdown = report_module.render_markdown(bench_json(kv_step_benchmarks(batches, graph_speedup)))
+    rows = table_rows(markdown, "KV decoder step")
+    assert [row[0] for row in rows] == [str(batch) for batch in batches]
+    assert rows[0][1:] == [
+        "1.600",
+        "0.900",
+        "0.700",
+        f"{graph_speedup:.3f}x",
+        "2.500x",
+        "198, 216, 187",
+        "0.605, 0.754, 0.598",
+    ]
+    goal = goal_rows(markdown)[KV_STEP_GOAL]
+    assert number(goal[2]) == pytest.approx(graph_speedup, abs=5e-4)
+    assert goal[5] == verdict
+    if verdict == "incomplete":
+        assert goal[4] == "batch 64"
+
+
+def test_the_batch_1_sampler_goal_reads_the_plain_graphed_sampler(report_module):
+    """The compiled-blocks sampler is shown beside it; the goal judges the sampler as built by
+    default."""
+    seconds = {1: {"eager": 0.8, "graph": 0.1, "compiled_graph": 0.05}}
+    markdown = report_module.render_markdown(bench_json(incremental_benchmarks(seconds)))
+    [row] = table_rows(markdown, "Incremental sampler (static KV cache)")
+    assert number(row[7]) == pytest.approx(127 / 0.05, abs=0.5)
+    goal = goal_rows(markdown)["incremental graphed sampler tokens/s at batch 1"]
+    assert number(goal[2]) == pytest.approx(127 / 0.1, abs=0.5)
+    assert goal[5] == "missed"

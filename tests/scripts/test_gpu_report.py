@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+import gpu_recipe
 import pytest
 import torch
 from script_modules import script_module
@@ -19,6 +20,32 @@ from pytest_cudagraph import report_markdown
 def gpu_report() -> Iterator[ModuleType]:
     with script_module("gpu_report") as module:
         yield module
+
+
+# Each step's planned seconds and limit on a one-GPU host.
+PLANNED = {step.name: step.planned_s for step in gpu_recipe.plan(Path("OUT"), 1, {})}
+LIMITS = {step.name: step.limit_s for step in gpu_recipe.plan(Path("OUT"), 1, {})}
+
+
+def write_run(outdir: Path, outcomes: dict[str, int | str], selected: list[str]) -> None:
+    """What gpu_recipe.py leaves besides the steps' own files: recipe.json, and a line of
+    steps.jsonl per step of ``outcomes`` (its exit code, or what cut it)."""
+    recipe = {
+        "command": "STEPS='tests conformance' bash scripts/gpu_suite.sh $OUT cpu",
+        "commit": "abc123",
+        "cores": 16,
+        "gpus": 1,
+        "planned": PLANNED,
+        "steps": selected,
+    }
+    (outdir / "recipe.json").write_text(json.dumps(recipe))
+    lines = []
+    for step, code in outcomes.items():
+        cut = code if isinstance(code, str) else None
+        record = {"step": step, "exit": 2 if cut else code, "seconds": 12.0,
+                  "planned_s": PLANNED[step], "limit_s": LIMITS[step], "cut": cut}  # fmt: skip
+        lines.append(json.dumps(record))
+    (outdir / "steps.jsonl").write_text("\n".join(lines) + "\n")
 
 
 STEP_TESTS = """
@@ -49,9 +76,14 @@ def test_report_from_a_real_step(cpu_pytester: pytest.Pytester, gpu_report: Modu
     cpu_pytester.runpytest_inprocess(f"--cudagraph-json={outdir / 'tests.json'}").assert_outcomes(
         passed=2, failed=1, skipped=1
     )
-    # A step killed part-way leaves its exit code and no results.
-    (outdir / "exits.txt").write_text("tests exit 1\nconformance exit 137\n")
-    report = gpu_report.render(outdir, "cpu", "abc123")
+    # A step killed part-way leaves its record and no results; one step was cut at its
+    # limit, one not started, one not selected.
+    write_run(
+        outdir,
+        {"tests": 1, "conformance": 137, "conformance-kv": "limit"},
+        selected=["tests", "conformance", "conformance-kv", "conformance-lean"],
+    )
+    report = gpu_report.render([outdir], "cpu", "abc123")
     document = json.loads((outdir / "tests.json").read_text())
     # The stack line reports the facts the plugin recorded, and those are this machine's.
     assert len(document["stack"]["gpus"]) == torch.cuda.device_count()
@@ -59,7 +91,14 @@ def test_report_from_a_real_step(cpu_pytester: pytest.Pytester, gpu_report: Modu
     for line in [
         "# GPU run: cpu",
         "- commit: abc123",
-        "Step exit codes: tests 1; conformance 137",
+        "- command: `STEPS='tests conformance' bash scripts/gpu_suite.sh $OUT cpu`",
+        f"| tests | failed (exit 1) | 12 | {PLANNED['tests']} |",
+        f"| conformance | failed (exit 137) | 12 | {PLANNED['conformance']} |",
+        f"| conformance-kv | cut off by its limit ({LIMITS['conformance-kv']} s) after 12 s: the "
+        f"results it had | 12 | {PLANNED['conformance-kv']} |",
+        "| conformance-lean | did not run: the run's budget (BUDGET_S) ran out or the run was "
+        f"stopped | - | {PLANNED['conformance-lean']} |",
+        f"| bench | not run (not in STEPS) | - | {PLANNED['bench']} |",
         "## tests",
         "### Tests",
         "2 passed, 1 failed, 1 skipped",
@@ -90,11 +129,37 @@ def test_the_commit_comes_from_the_results_when_not_given(
     document = json.loads((outdir / "tests.json").read_text())
     document["commit"] = {"sha": "f" * 40, "dirty": True}
     (outdir / "tests.json").write_text(json.dumps(document))
-    assert f"- commit: {'f' * 40} (dirty)" in gpu_report.render(outdir, "cpu").splitlines()
+    assert f"- commit: {'f' * 40} (dirty)" in gpu_report.render([outdir], "cpu").splitlines()
 
 
 def test_unreadable_results_are_said_per_step(tmp_path: Path, gpu_report: ModuleType) -> None:
     (tmp_path / "tests.json").write_text('{"format": 1}')
-    report = gpu_report.render(tmp_path, "cpu", "abc123")
+    report = gpu_report.render([tmp_path], "cpu", "abc123")
     assert "Results unreadable: " in report
     assert "results of format 1; this plugin reads format 2" in report
+
+
+def test_the_parts_of_a_run_in_several_folders_make_one_report(
+    tmp_path: Path, gpu_report: ModuleType
+) -> None:
+    timed, shared = tmp_path / "timed", tmp_path / "shared"
+    timed.mkdir()
+    shared.mkdir()
+    write_run(timed, {"bench": 0, "bench-compile": 0}, selected=["bench", "bench-compile"])
+    (timed / "bench-h200.md").write_text("# Benchmarks\n\nthe goals table\n")
+    write_run(shared, {"order-reasyn": 1}, selected=["order-reasyn"])
+    (shared / "order-reasyn.md").write_text(
+        "## Order independence: reasyn\n\n1 of 28 checks differ.\n"
+    )
+    report = gpu_report.render([timed, shared], "h200")
+    lines = report.splitlines()
+    assert f"| bench | passed | 12 | {PLANNED['bench']} |" in lines
+    assert f"| order-reasyn | failed (exit 1) | 12 | {PLANNED['order-reasyn']} |" in lines
+    assert f"| tests | not run (not in STEPS) | - | {PLANNED['tests']} |" in lines
+    assert (
+        lines.count("- command: `STEPS='tests conformance' bash scripts/gpu_suite.sh $OUT cpu`")
+        == 2
+    )
+    # The order step's own Markdown is its section; the benchmark report closes the report.
+    assert lines.index("## order-reasyn") < lines.index("1 of 28 checks differ.")
+    assert lines[lines.index("## Benchmarks") + 2 :] == ["# Benchmarks", "", "the goals table"]

@@ -8,6 +8,7 @@ import ast
 import fnmatch
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -290,3 +291,32 @@ def test_jobs_run_the_checks_alone_side_by_side_and_compare_the_same(
     monkeypatch.setattr(script, "run_suite", None)  # refused before any run
     with pytest.raises(SystemExit):
         script.main(["reasyn", "--out", str(tmp_path), "--jobs", "0"])
+
+
+def test_an_interrupted_run_keeps_the_checks_that_ran_alone_and_reports_the_rest(
+    script: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGINT (the GPU recipe cutting the step) while the second check runs alone, one at a
+    time: the first two are kept, the third is never started and reads "not run"."""
+    full = script.Run(document(*((check, "passed", {}) for check in ("a", "b", "c"))))
+    second_started = threading.Event()
+
+    def run_alone(check: str) -> object:
+        if check == "b":
+            second_started.set()
+            time.sleep(1)  # still running when the main thread is interrupted
+        return script.Run(document((check, "passed", {})))
+
+    def interrupted(futures: object) -> None:
+        second_started.wait(timeout=10)
+        raise KeyboardInterrupt  # where SIGINT reaches the main thread
+
+    monkeypatch.setattr(script, "wait", interrupted)
+    alone = script.run_each(["a", "b", "c"], run_alone, jobs=1)
+    assert list(alone) == ["a", "b"]
+    comparisons = {item.check: item for item in script.compare(full, alone)}
+    assert comparisons["c"].alone == "not run"
+    assert comparisons["c"].differences() == [
+        "the run alone was not run",
+        "verdict not run alone, passed in the full suite",
+    ]
