@@ -1,30 +1,18 @@
 """A per-shape CUDA-graph cache around the decoder's bf16 AR step, exact or lean.
 
 One graph per ``GraphKey`` of an ``ARStep``: every shape and layout the forward depends on is
-in the key, and every tensor it reads (tokens, gather, memory and its padding mask) is a
-static buffer refreshed on each call, so a new target on a cached key gets its own answer
-(upstream baked the memory into its graphs). A replay runs exactly the eager step
-``model.ar_step_logits(..., bf16=True)`` on the same inputs, so its logits are bit-identical
-to eager. The graphs run a copy of the decoder with bf16 matmul weights
-(``model.with_bf16_matmul_weights``; same results, fewer kernels), taken when the cache is
-built (``graph_step_module``; the cache's own is ``cache.graph_module``): after changing the
-decoder's weights, build a new cache. With ``lean=True`` the graphs
-run the lean step instead (``lean.LeanDecoder``: faster, within ``LEAN_TOLERANCE`` of the
-upstream step, not equal to it), and a replay is bit-identical to that lean step run eagerly.
-Either way ``cache.eager(step)`` is the eager step the graphs replay.
+in the key (a shared memory, one target's expanded over the batch, rounds otherwise than a
+memory per row), and every tensor it reads is a static buffer refreshed on each call, so a new
+target on a cached key gets its own answer (upstream baked the memory in). A replay runs the
+eager step ``model.ar_step_logits(..., bf16=True)`` on a bf16-weight copy of the decoder taken
+when the cache is built (``graph_module``), so its logits are bit-identical to eager; with
+``lean=True`` it runs the lean step (``lean.LeanDecoder``), bit-identical to that step run
+eagerly. ``cache.eager(step)`` is the eager step the graphs replay. Memory length must be a
+multiple of 64 (callers pad it, masked); any other shape in a key must be a bucket too.
 
-Bit-identity also needs the memory's layout: one target's memory expanded over the batch (as
-the sampler passes it) and a memory per row take different matmul paths, so the key says which
-(``shared_memory``), and a shared memory is staged as one [1, M, d] row and expanded in the
-graph, as eager sees it. Memory length must be a multiple of 64 (the memory bucket): callers
-pad each target's memory, masked. Any other shape in a key must be a bucket too.
-
-Graphs live in an LRU of ``capacity`` entries, each in its own private memory pool (a pool
-shared between graphs is only safe when they replay in capture order). All work runs on the
-decoder's device: warm-ups and capture on a side stream created once per cache (the mechanics
-are ``capture_cache.CaptureCache``'s, shared with ``StepGraphCache``), replay and the output
-copy on the device's current stream.
-"""
+Graphs live in an LRU of ``capacity`` entries, each in its own private memory pool; warm-ups
+and capture run on one side stream of the decoder's device (``capture_cache.CaptureCache``,
+shared with ``StepGraphCache``), replay and the output copy on its current stream."""
 
 from __future__ import annotations
 

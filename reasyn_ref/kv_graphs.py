@@ -2,20 +2,16 @@
 
 Each graph owns its ``StepBuffers``: the KV cache, the tokens and positions, the target's
 cross-attention keys, values and mask. Nothing a step reads is baked in: the caller writes the
-target (``load_target``) and the prefixes (``prefill``) into the buffers in place, and each
-step's tokens and positions, before replaying. The graph itself writes each row's keys and
-values at that row's position, as the eager step does.
-
-Graphs capture ``KVDecoder.step`` under ``step_context(bf16=True)`` on buffers of the
-key's shapes; ``EagerSteps`` with ``bf16=True`` runs that same step on buffers of the same
-shapes, so the two are bit-identical. Capture runs the step on the buffers (warm-ups, capture),
-so it happens in ``claim`` before any target goes in. A claim holds the cache's lock for the
-whole target: the buffers are one target's state until the claim ends.
+target (``load_target``), the prefixes (``prefill``) and each step's tokens and positions into
+the buffers in place before replaying; the graph writes each row's keys and values at its
+position, as the eager step does. Graphs capture ``KVDecoder.step`` under
+``step_context(bf16=True)``; ``EagerSteps`` runs that same step on buffers of the same shapes,
+so the two are bit-identical. Capture runs the step on the buffers, so it happens in ``claim``
+before any target goes in; a claim holds the cache's lock for the whole target.
 
 As in ``graph_cache`` (both are ``capture_cache.CaptureCache``): one private memory pool per
 graph, warm-ups and capture on a side stream of the decoder's device, replay on its current
-stream, logits copied out as fp32 of their own.
-"""
+stream, logits copied out as fp32 of their own."""
 
 from __future__ import annotations
 

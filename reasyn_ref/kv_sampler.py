@@ -1,23 +1,17 @@
-"""Batched AR sampling with the KV decoder: ``ARSampler``'s interface, one token of work per
-step.
+"""Batched AR sampling with the KV decoder: ``ARSampler``'s interface, one token of work a step.
 
-Per target: the prefixes are prefilled once (eagerly) into a KV cache of ``bucket_seq(max_len)``
+Per target, the prefixes are prefilled once (eagerly) into a KV cache of ``bucket_seq(max_len)``
 positions for ``bucket_batch(rows)`` rows, then every step feeds each row's last token at its
-own position. Rows stay in the batch until every row is done: a finished row keeps feeding its
-last token at its last position (rewriting what it already holds; its logits are ignored), and
-dummy rows feed the start token at position 0, so a row's slot never moves and the batch keeps
-its bucket.
-
-With ``cudagraph`` the step replays a graph of the batch bucket (``StepGraphCache``); without,
-it runs eagerly on buffers of the very same shapes (``EagerSteps``). Both run the same copy of
-the decoder (with bf16, ``with_bf16_matmul_weights``, taken when the sampler is built), so
-graphs on and off sample the very same tokens under the same seed.
+position. A finished row keeps feeding its last token at its last position (its logits are
+ignored) and dummy rows feed the start token at position 0, so a row's slot never moves and the
+batch keeps its bucket. With ``cudagraph`` the step replays a graph of the batch bucket
+(``StepGraphCache``), without it runs eagerly on buffers of the same shapes (``EagerSteps``);
+both on the same bf16-weight copy of the decoder, so graphs on and off sample the same tokens.
 
 Per step: one host-to-device copy (tokens and positions together, pinned on CUDA), one draw
-from the generator over all real rows, one device-to-host copy of the drawn tokens. That draw
-differs from ``ARSampler``'s (one row per unfinished row), so the two samplers' tokens are not
-expected to match; their logits agree within floating-point tolerance (docs/kv.md).
-"""
+over all real rows, one device-to-host copy of the tokens. That draw differs from
+``ARSampler``'s, so the two samplers' tokens are not expected to match; their logits agree
+within floating-point tolerance (docs/kv.md)."""
 
 from __future__ import annotations
 

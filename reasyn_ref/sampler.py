@@ -1,20 +1,16 @@
 """Batched autoregressive sampling over one target's memory, as upstream ReaSyn's AR loop.
 
 Each step lays the unfinished rows out on the host: tokens right-padded with ``pad_token`` and,
-with bucketing, the length rounded up to a multiple of 64 and the batch up to a power of two with
-dummy rows (``[start_token]`` + padding, gather 0), and the target's memory padded (masked) to a
-multiple of 64 positions. That layout is the same whether CUDA graphs are on or off: graphs
-replay the very forward eager runs, on the very same tensors, so the two are bit-identical.
-Per step: one host-to-device copy of the tokens, one of gather (pinned on CUDA), one
-device-to-host copy of the sampled tokens.
+with bucketing, the length rounded up to a multiple of 64 and the batch up to a power of two
+with dummy rows, and the target's memory padded (masked) to a multiple of 64 positions. That
+layout is the same whether CUDA graphs are on or off, so the two are bit-identical. Per step:
+one host-to-device copy of the tokens, one of gather (pinned on CUDA), one device-to-host copy
+of the sampled tokens.
 
-``batched=False`` is upstream's per-row path: each unfinished row runs alone at its exact length
-and draws from the same generator, in row order, so its tokens are not expected to match the
-batched path's (its logits agree within floating-point tolerance).
-
-``sample`` is the host entry point: it checks the target's memory once per call, values
-included (finite, not all padding), which reads the device; the per-step forward never does.
-"""
+``batched=False`` is upstream's per-row path: each unfinished row runs alone at its exact
+length and draws from the same generator in row order, so its tokens are not expected to match
+the batched path's (its logits agree within floating-point tolerance). ``sample`` checks the
+target's memory once per call, values included (it reads the device); the step never does."""
 
 from __future__ import annotations
 

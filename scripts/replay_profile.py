@@ -2,19 +2,13 @@
 
     python scripts/replay_profile.py [--keys 1x64 8x64] [--calls 5]
 
-On the current GPU, builds the benchmarks' workload (default-config decoder, random weights,
-memory length 64; reasyn_ref.workloads) and a GraphCache, makes ``--calls``
-back-to-back calls at each key under torch.profiler, and prints per key: device operations per
-call, their summed time, the span from the first start to the last end, and the ratio of the
-two; then one row per kernel name: launches per call, mean duration and the idle time before
-its launches (per call), most idle first. The benchmarks hold the judged figures
-(test_bench_replay_efficiency.py); this is for finding what to change.
-
-Read the idle times inside the graph (between its kernels: the device's own launch gaps). The
-profiler slows the host, so the device waits for each call's input copies and graph launch
-far longer than in an un-profiled run: the idle time before a call's first operations, and
-so busy/span, belong to the profiled host.
-"""
+On the current GPU, builds the benchmarks' workload (reasyn_ref.workloads) and a GraphCache,
+makes ``--calls`` back-to-back calls at each key under torch.profiler, and prints per key:
+device operations per call, their summed time, the span from the first start to the last end
+and the ratio of the two; then a row per kernel name (launches per call, mean duration, idle
+time before its launches), most idle first. The benchmarks hold the judged figures; this is for
+finding what to change. Read the idle times inside the graph: the profiler slows the host, so
+the idle time before a call's first operations belongs to the profiled host."""
 
 from __future__ import annotations
 

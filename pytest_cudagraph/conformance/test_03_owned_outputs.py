@@ -9,9 +9,13 @@
 
 Both sides make the same calls on the same inputs (where graphed calls are made at all), so
 that a target that keeps state stays in step; where only eager calls are made (outputs valid
-until the next call), the two sides' states are brought together after them."""
+until the next call), the two sides' states are brought together after them. The output kept
+is a graph's, so the check's captures are witnessed (``witness``): seeing none replayed, it
+has one made."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
@@ -33,6 +37,8 @@ from pytest_cudagraph.conformance.protocol import (
     State,
 )
 from pytest_cudagraph.conformance.suite import FigureRecorder
+from pytest_cudagraph.conformance.witness import Factory, Judgement, witnessed
+from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.skips import needs_cuda
 
 CASE = 1
@@ -60,9 +66,22 @@ def graph_pool_of(tensor: torch.Tensor) -> tuple[int, int] | None:
 
 
 @needs_cuda
-def test_owned_outputs(target: CudaGraphTarget, record_figure: FigureRecorder) -> None:
+def test_owned_outputs(
+    target: CudaGraphTarget,
+    capture_counter: CaptureCounter,
+    target_factory: Factory | None,
+    record_figure: FigureRecorder,
+) -> None:
+    seen = witnessed(target, capture_counter, judge, [CASE % target.num_keys], target_factory)
+    record_figure(f"{seen.judgement.figure}; {seen.describe()}")
+    assert not seen.judgement.problems, "\n".join(seen.judgement.problems)
+
+
+def judge(target: CudaGraphTarget, keys: Sequence[int], counter: CaptureCounter) -> Judgement:
+    """An output of the key numbered ``keys[0]`` kept over the later calls its lifetime allows,
+    both sides called alike."""
     lifetime = target.output_lifetime
-    key_index = CASE % target.num_keys
+    key_index = keys[0]
     other_keys = lifetime == NEXT_CALL_OF_KEY and target.num_keys > 1
     lockstep = Lockstep(target, given(target, State, "sides"), given(target, State, "reset"))
     first = draw(target, key_index, seed=0)
@@ -105,5 +124,5 @@ def test_owned_outputs(target: CudaGraphTarget, record_figure: FigureRecorder) -
         between = f"{LATER_CALLS} eager calls"
     problems += lockstep.problems()
     state = f"; {lockstep.describe()}" if lockstep.stateful else ""
-    record_figure(f"outputs {lifetime}: kept over {between} (key {target.key_of(first)!r}){state}")
-    assert not problems, "\n".join(problems)
+    figure = f"outputs {lifetime}: kept over {between} (key {target.key_of(first)!r}){state}"
+    return Judgement(problems, figure)

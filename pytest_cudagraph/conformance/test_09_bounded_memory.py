@@ -1,23 +1,17 @@
-"""Bounded memory: 24 calls over the target's keys (cases 0..23, distinct keys where it has
-that many) keep this process's device memory (NVML) within a bound derived from the largest
-graph, and a reset gives back what they took.
+"""Bounded memory: 24 calls over the target's keys (cases 0..23) keep this process's device
+memory (NVML) within a bound derived from the largest graph, and a reset gives back what they
+took. First-use costs (cuBLAS workspaces, lazily loaded kernels, eager's first call) are paid
+by a warm-up before the baseline (one graphed call of the largest key, a reset, one eager call)
+and reported, not judged, so what ran before this check does not change its verdict. The
+baseline and the largest graph's growth are exact readings (a full garbage collection); the
+readings over the shapes collect gc's young generations only, which can only read high, and
+one over its limit is taken again in full. The graph_memory_bound marker also bounds the whole
+body to 512 MiB after the reset.
 
-First-use costs (cuBLAS workspaces for each stream used, lazily loaded kernels, the eager
-model's first call) are paid by a warm-up before the baseline: one graphed call of the largest
-case, a reset, and one eager call. They are reported, not judged, so whatever ran before this
-check does not change its verdict. The baseline and the largest graph's growth, from which
-the bound is derived, are exact readings (a full garbage collection); the readings over the
-shapes collect gc's young generations only, which can only read high, and one over its limit
-is taken again in full, so every verdict is what full readings would give. The
-graph_memory_bound marker also bounds the whole body, warm-up included, to 512 MiB after the
-reset.
-
-Memory over a long run, for code with or without a reset: rounds over up to 12 keys, warm-up
-rounds first (first use; compiled code records a graph on a key's second call), then more
-rounds of the same keys must not grow the process's memory past the slack (memory kept per call
-or per capture), and, where the keys outnumber ``capacity``, must capture again as a cache of
-that capacity has to (counted by CaptureCounter): one that recaptures less keeps more graphs
-than it says.
+Memory over a long run, with or without a reset: warm-up rounds over up to 12 keys, then more
+rounds of the same keys must not grow the process's memory past the slack, and, where the keys
+outnumber ``capacity``, must capture again as a cache of that capacity has to (counted by
+CaptureCounter): one that recaptures less keeps more graphs than it says.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
 """Capture does not advance state: the call that captures a key's graph changes the state as one
 eager call does. Warm-ups run the step before a capture (``make_graphed_callables`` three
-times, cudagraph trees once, a hand-written runner as it likes), and some code runs it again
-while capturing: harmless for a step that writes position-addressed state with the same
-inputs, but a step that accumulates (a position it advances, a history it appends to, running
-statistics) leaves the capturing call several steps on, and every later call as far off
-(cudagraph trees run the body once per call for this reason; vLLM captures into a slot no
-request uses).
+times, cudagraph trees once), harmless for position-addressed state but not for a step that
+accumulates (a position it advances, running statistics): cudagraph trees run the body once
+per call for this reason, and vLLM captures into a slot no request uses.
 
 Needs ``state.sides``. Both sides from one state, the graphed side is called on up to 4 keys
-(after ``cache.reset()`` where the target gives it) until a call captures a graph; then the
-eager side on the same inputs, up to 6 times: the graphed state must equal eager's after one
-call, and equal after k calls says the step ran k times. Then the key's first replay, from one
-state again, against eager. The figure names the state model found (``state_model``, probed
-after the capture, as its own calls may capture). A target whose graphs were all captured
-before this check and that cannot drop them (no ``cache.reset``) is not exercised: it skips,
-saying so."""
+(after ``cache.reset()`` where given) until a call captures; then eager on the same inputs, up
+to 6 times: the graphed state must equal eager's after one call, and equal after k calls says
+the step ran k times. Then the key's first replay, from one state, against eager. The figure
+names the state model found. Where no call captures, a fresh target from the factory is
+judged; where none captures there either, the check fails as not exercised."""
 
 from __future__ import annotations
 
@@ -35,6 +30,7 @@ from pytest_cudagraph.conformance.judging import (
 )
 from pytest_cudagraph.conformance.protocol import Cache, CudaGraphTarget, State
 from pytest_cudagraph.conformance.suite import FigureRecorder
+from pytest_cudagraph.conformance.witness import Factory, fresh_target
 from pytest_cudagraph.engines.captures import CaptureCounter
 from pytest_cudagraph.skips import needs_cuda
 
@@ -45,31 +41,51 @@ SEED = 0
 
 @needs_cuda
 def test_capture_does_not_advance_state(
-    target: CudaGraphTarget, capture_counter: CaptureCounter, record_figure: FigureRecorder
+    target: CudaGraphTarget,
+    capture_counter: CaptureCounter,
+    target_factory: Factory | None,
+    record_figure: FigureRecorder,
 ) -> None:
-    sides = needed(target, State, "sides").sides
-    lockstep = Lockstep(target, sides, None)  # in step by the state copied in, not by a reset
-    assert lockstep.sides is not None
+    needed(target, State, "sides")
     reset_cache = given(target, Cache, "reset")
     if reset_cache is not None:
         reset_cache()  # a graph for the first call to capture
+    found = judged(target, capture_counter)
+    tried = ["after cache.reset()" if reset_cache is not None else "the session's target"]
+    if found is None and target_factory is not None:
+        with fresh_target(target_factory, []) as (made, _):
+            found = judged(made, CaptureCounter(capture_counter.graph_class))
+        tried.append("a fresh target from the factory")
+    if found is None:
+        pytest.fail(
+            f"not exercised: no graphed call on up to {MAX_KEYS} keys captured a graph (tried: "
+            f"{', '.join(tried)}): what a capture does to the state cannot be judged",
+            pytrace=False,
+        )
+    problems, figure = found
+    record_figure(figure)
+    assert not problems, "\n".join(problems)
+
+
+def judged(target: CudaGraphTarget, counter: CaptureCounter) -> tuple[list[str], str] | None:
+    """The problems and the figure of the first call on up to ``MAX_KEYS`` keys that captures a
+    graph, both sides from one state; None where no call captured."""
+    sides = target.state.sides if target.state is not None else None
+    lockstep = Lockstep(target, sides, None)  # in step by the state copied in, not by a reset
+    assert lockstep.sides is not None
     key_count = min(MAX_KEYS, target.num_keys)
-    with capture_counter:
+    with counter:
         for key_index in range(key_count):
             case = case_in_key(target, key_index, 0)
             inputs = functools.partial(draw, target, case, case)
             lockstep.sync()
-            captures = len(capture_counter.captures)
+            captures = len(counter.captures)
             actual = graphed_call(target, inputs(), SEED)
             expected = eager_call(target, inputs(), SEED)  # the same call: sides in step
-            if len(capture_counter.captures) > captures:
+            if len(counter.captures) > captures:
                 break
         else:
-            pytest.skip(
-                f"not exercised: no graphed call on {key_count} keys captured a graph (each was "
-                "captured before this check"
-                + (", and the target gives no cache.reset)" if reset_cache is None else ")")
-            )
+            return None
     key = target.key_of(inputs())
     where = f"case {case} (key {key!r})"
     problems = [
@@ -103,5 +119,4 @@ def test_capture_does_not_advance_state(
     )
     problems += lockstep.problems()
     model = state_model(target).describe()  # after the capture: the probe may capture too
-    record_figure(f"{where}: {found}; its first replay checked; {model}")
-    assert not problems, "\n".join(problems)
+    return problems, f"{where}: {found}; its first replay checked; {model}"

@@ -1,20 +1,14 @@
 """The markers, one module each, and the little they share.
 
-A marker is a feature class (a pytest plugin object; plugin.py registers one per session)
-that keeps together everything about its marker:
+A marker is a feature class (a pytest plugin object; plugin.py registers one per session) that
+keeps together everything about its marker: ``function`` (the marker function: it validates
+the arguments, naming the rule, and its signature and docstring are the ``--markers`` help);
+``fixtures`` (set up before the body, so that their skips apply and overriding one reaches the
+marker too); ``complete`` and ``collected`` (collection-time work); its own hooks (the run-time
+wrapper, the report section); ``section_data`` and ``section_lines`` (its part of the results).
 
-- ``function``: the marker function. It validates the marker's arguments (TypeError or
-  ValueError name the rule) and returns the parsed mark; its signature and docstring are the
-  ``--markers`` help.
-- ``fixtures``: the fixtures a marked test needs, set up before its body, so that their
-  skips apply and overriding one (``cuda_device``, say) reaches the marker too.
-- ``complete`` and ``collected``: collection-time work (a default from the settings, a skip).
-- its own hooks: the run-time wrapper and the report section;
-- ``section_data`` and ``section_lines``: its part of the results (pytest_cudagraph.results).
-
-Adding a marker is a module with one such class, plus its line in ``plugin.FEATURES``.
-Modules here import torch only inside the code that runs for marked tests.
-"""
+Adding a marker is a module with one such class, plus its line in ``plugin.FEATURES``. Modules
+here import torch only inside the code that runs for marked tests."""
 
 from __future__ import annotations
 

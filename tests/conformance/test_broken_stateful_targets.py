@@ -196,9 +196,16 @@ def test_capture_does_not_advance_state_needs_a_capture_and_state_sides() -> Non
     target.graphed(
         {"x": torch.zeros(1, 1, dtype=torch.long), "input_pos": torch.zeros(1, dtype=torch.long)}
     )
-    no_reset = replace(target, cache=None)  # its one key captured already
-    with pytest.raises(pytest.skip.Exception, match=r"not exercised: no graphed call on 1 keys"):
+    no_reset = replace(target, cache=None)  # its one key captured already, and no factory
+    with pytest.raises(pytest.fail.Exception, match=r"not exercised: no graphed call on up to 4"):
         COMPARING["capture does not advance state"](no_reset)
+    # A fresh target from the factory captures on its first call.
+    fresh = run(
+        test_24_capture_state.test_capture_does_not_advance_state,
+        no_reset,
+        target_factory=lambda: stand_in("decode_step"),
+    )
+    assert "the capturing call left the state of one eager call" in fresh[0]
     without_state = replace(target, state=None)
     with pytest.raises(pytest.skip.Exception, match=r"does not give state"):
         COMPARING["capture does not advance state"](without_state)

@@ -314,14 +314,20 @@ def test_the_comparing_checks_seed_both_sides_alike_so_sampling_code_passes() ->
 
 
 class StaticOutputs:
-    """A graphed side that hands out one static buffer per key (``per_key``) or one for all."""
+    """A graphed side that hands out one static buffer per key (``per_key``) or one for all,
+    behind stand-in graphs, one per key (captured on its first call, replayed by each)."""
 
     def __init__(self, per_key: bool) -> None:
         self.per_key = per_key
         self.buffers: dict[int, Tensor] = {}
+        self.graphs = StandInGraphs(self.write, lambda inputs: inputs["x"].shape[0])
 
-    def __call__(self, inputs: dict[str, Tensor]) -> Tensor:
+    def __call__(self, inputs: dict[str, Tensor]) -> object:
+        return self.graphs(inputs)
+
+    def write(self, inputs: dict[str, object]) -> Tensor:
         x = inputs["x"]
+        assert isinstance(x, Tensor)
         slot = x.shape[0] if self.per_key else 0
         buffer = self.buffers.setdefault(slot, torch.empty(max(KEYS), 4))
         buffer[: x.shape[0]] = x * 2

@@ -233,7 +233,7 @@ def test_the_suite_runs_its_cpu_checks_on_reasyn_kv_and_skips_the_rest_saying_wh
             "  guards * passed * 7 of 7 unsupported modes refused clearly",
             "  worker refusal * skipped * the target does not give workers *",
             # The checks that need CUDA, the stateful ones among them, in the account's line.
-            "  24 checks need CUDA and skipped (needs CUDA: torch.cuda.is_available() is False): "
+            "  25 checks need CUDA and skipped (needs CUDA: torch.cuda.is_available() is False): "
             "* state isolation, state reset, *",
         ],
         consecutive=False,

@@ -17,39 +17,16 @@ from suite_runner import plugin_arguments, table_verdicts
 
 from pytest_cudagraph import results
 from pytest_cudagraph.conformance import loading, suite
+from pytest_cudagraph.conformance.catalog import check_needs
 from pytest_cudagraph.conformance.suite import CheckRow, ConformanceTable, format_table
 from pytest_cudagraph.skips import NEEDS_CUDA
 
 # Each test runs the conformance suite in a run of its own (the README's test command leaves it out).
 pytestmark = pytest.mark.slow
 
-CPU_CHECKS = {"target contract", "dry run", "guards", "worker refusal"}
-GPU_CHECKS = {
-    "parity",
-    "no baked inputs",
-    "owned outputs",
-    "identical sampling",
-    "capture clean forward",
-    "device binding",
-    "lock safety",
-    "bounded memory",
-    "memory over a long run",
-    "concurrency",
-    "worker processes",
-    "graphs not skipped",
-    "output storage",
-    "captures",
-    "side isolation",
-    "inputs unchanged",
-    "padded batches",
-    "replay order",
-    "graphs used",
-    "state isolation",
-    "state reset",
-    "module state",
-    "no rebound tensors",
-    "trajectory",
-}
+# The suite's checks, as the checks themselves say whether they need CUDA.
+CPU_CHECKS = {row.check for row in check_needs() if not row.cuda}
+GPU_CHECKS = {row.check for row in check_needs() if row.cuda}
 
 
 @pytest.fixture
@@ -71,14 +48,14 @@ def test_cpu_checks_pass_and_gpu_checks_skip_saying_why(
     assert table_verdicts(result) == dict.fromkeys(CPU_CHECKS, "passed")
     result.stdout.fnmatch_lines(
         [
-            "conformance of reasyn (4 passed, 24 skipped):",
+            f"conformance of reasyn ({len(CPU_CHECKS)} passed, {len(GPU_CHECKS)} skipped):",
             "  guards * passed * 4 of 4 unsupported modes refused clearly",
             "  worker refusal * passed * graphs with 2 workers per GPU refused: *",
             # The rows of the checks that need CUDA, collapsed into an account of the run.
-            f"  24 checks need CUDA and skipped ({NEEDS_CUDA}): parity, no baked inputs, *",
+            f"  {len(GPU_CHECKS)} checks need CUDA and skipped ({NEEDS_CUDA}): parity, no baked inputs, *",
             "Without CUDA no graph was captured, replayed or judged: *",
             "Of your code, draw, key_of and eager ran (the dry run); your graphed side did not run.",
-            "On a GPU, 7 checks would still skip unless the factory gives there what the target "
+            "On a GPU, 8 checks would still skip unless the factory gives there what the target "
             "made for the CPU lacks: capture clean forward (needs capture_clean), bounded memory "
             "(needs cache.capacity, cache.largest_key), *",
         ],
@@ -441,8 +418,11 @@ def test_a_check_that_errors_at_set_up_is_an_error_row(
     assert_valid_results(document)
     first = document["conformance"]["rows"][0]
     assert first["verdict"] == "ERROR", result.stdout.str()
-    assert "conformance target 'unbuildable:make': " in first["reason"]
-    assert first["reason"].endswith("no weights")
+    reason = first["reason"].splitlines()
+    assert reason[0].endswith(
+        "conformance target 'unbuildable:make': the factory raised RuntimeError: no weights"
+    )
+    assert "Traceback (your code):" in reason  # the reason kept whole, the user's frame in it
 
 
 @pytest.mark.parametrize("value", [float("inf"), float("-inf")])

@@ -577,3 +577,26 @@ def test_no_issue_numbers_or_rounds_in_docs_code_or_test_names() -> None:
     assert not found
     assert WHEN.search("the goal of Issue 16") and WHEN.search("not run this round")
     assert not WHEN.search("vLLM #14722: different results with graphs on and off")
+
+
+# Module docstrings say what a module is in a few lines; the how and the history live in docs/.
+
+MAX_DOCSTRING_LINES = 15
+
+
+def long_docstrings(sources: dict[str, str]) -> list[str]:
+    """``name (N lines)`` for each module whose docstring runs past ``MAX_DOCSTRING_LINES``."""
+    found = []
+    for name, source in sources.items():
+        docstring = ast.get_docstring(ast.parse(source), clean=False)
+        lines = docstring.count("\n") + 1 if docstring else 0
+        if lines > MAX_DOCSTRING_LINES:
+            found.append(f"{name} ({lines} lines)")
+    return found
+
+
+def test_module_docstrings_are_at_most_fifteen_lines() -> None:
+    paths = [*source_files(), *sorted((ROOT / "scripts").glob("*.py"))]
+    assert not long_docstrings({str(path.relative_to(ROOT)): path.read_text() for path in paths})
+    sample = {"short": '"""One line."""\n', "long": '"""' + "line\n" * 15 + 'last"""\n'}
+    assert long_docstrings(sample) == ["long (16 lines)"]
