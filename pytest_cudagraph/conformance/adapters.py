@@ -181,18 +181,10 @@ def compiled(
     def graphed(inputs: Inputs) -> object:
         return one_thread.submit(run_graphed, inputs).result()
 
-    def reset() -> None:
-        one_thread.submit(_drop_cudagraph_trees).result()  # trees are the thread's own
-
-    # Cudagraph trees keep every graph they record: capacity is every key. Dropping them is a
-    # reset: compile's code stays, and the next calls of a key warm up and record it again.
+    # Cudagraph trees keep every graph they record: capacity is every key.
     own: TargetOptions = dict(
         output_lifetime=NEXT_CALL,
-        cache=Cache(
-            capacity=len(keys),
-            static=_trees_static_inputs(sides),
-            reset=reset if device.type == "cuda" and _can_drop_cudagraph_trees() else None,
-        ),
+        cache=Cache(capacity=len(keys), static=_trees_static_inputs(sides)),
         fallbacks=Fallbacks(graph_skips=skips.reasons),
     )
     if sides.side_state is not None:
@@ -529,21 +521,6 @@ def _on(device: torch.device) -> contextlib.AbstractContextManager[object]:
     stack.enter_context(torch.cuda.device(device))
     stack.enter_context(torch.cuda.stream(torch.cuda.current_stream(device)))
     return stack
-
-
-def _can_drop_cudagraph_trees() -> bool:
-    from torch._inductor import cudagraph_trees
-
-    return hasattr(cudagraph_trees, "reset_cudagraph_trees")
-
-
-def _drop_cudagraph_trees() -> None:
-    """Every graph cudagraph trees recorded on this thread let go, their memory pools too."""
-    import torch
-    from torch._inductor import cudagraph_trees
-
-    cudagraph_trees.reset_cudagraph_trees()
-    torch.cuda.empty_cache()
 
 
 def _rerecord_limit(limit: int) -> contextlib.AbstractContextManager[object]:
