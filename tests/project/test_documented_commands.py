@@ -43,6 +43,8 @@ SHELL_FENCES = {"", "bash", "sh", "shell", "console"}
 STAND_INS = ("mypkg.graphs", "decode_step_target")
 # The README's quick start: the reader's files, as tests/project/quickstart holds them.
 QUICKSTART = ROOT / "tests" / "project" / "quickstart"
+# The folder docs/ci.md names the recipe's output by.
+OUTDIR = "OUTDIR"
 # The parts of the tree the commands read (a command writing into reports/ gets it made).
 COPIED = ("pytest_cudagraph", "reasyn_ref", "tests", "scripts", "benchmarks")
 COPIED_FILES = ("conftest.py", "pyproject.toml", "tox.ini")
@@ -282,13 +284,14 @@ def check_calls(calls: list[dict], tree: Path) -> list[dict]:
 
 def scratch_tree(root: Path, into: Path) -> Path:
     """A copy of the tree to run documented commands in, with stand-ins for the reader's own
-    modules and a baseline for this stack (a copy of a committed one) where a command compares
-    with the running stack's."""
+    modules, the output folder docs/ci.md names, and a baseline for this stack (a copy of a
+    committed one) where a command compares with the running stack's."""
     for name in COPIED:
         shutil.copytree(root / name, into / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in COPIED_FILES:
         shutil.copy2(root / name, into / name)
     (into / "reports").mkdir()
+    (into / OUTDIR).mkdir()  # pytest-benchmark before 5.3 opens --benchmark-json when parsing
     for module in STAND_INS:
         path = into.joinpath(*module.split(".")).with_suffix(".py")
         path.parent.mkdir(parents=True, exist_ok=True)
