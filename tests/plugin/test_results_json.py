@@ -408,7 +408,7 @@ def test_properties_json_cannot_hold_end_the_run_as_it_would(
             "  test_*.py::test_a: 'deep'",
             "  test_*.py::test_a: 'sour'",
             "cudagraph results written to results.json",
-            "* 1 passed *",
+            "*= 1 passed*",
         ]
     )
     document = read_results(cpu_pytester)
