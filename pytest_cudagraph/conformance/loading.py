@@ -35,12 +35,14 @@ EXAMPLES = "pytest_cudagraph.examples"
 LIBRARIES = frozenset(
     {"pytest_cudagraph", "_pytest", "pytest", "pluggy", "xdist", "torch", *sys.stdlib_module_names}
 )
-# What torch says when code called for the CPU uses CUDA all the same.
+# What torch says when code called for the CPU uses CUDA all the same: a CPU build, then a
+# CUDA build on a machine without a GPU or without a driver.
 CUDA_MISSING = (
     "Tried to instantiate dummy base class CUDAGraph",
     "Torch not compiled with CUDA enabled",
     "no CUDA GPUs are available",
     "Found no NVIDIA driver",
+    "CUDA driver version is insufficient for CUDA runtime version",
 )
 
 # Which frames of an error in the user's code to show (``traceback_text``).

@@ -304,6 +304,7 @@ def test_a_misspelt_installed_name_gets_a_suggestion(monkeypatch: pytest.MonkeyP
         "Tried to instantiate dummy base class CUDAGraph",
         "Torch not compiled with CUDA enabled",
         "No CUDA GPUs are available".replace("No", "no"),
+        "CUDA error: CUDA driver version is insufficient for CUDA runtime version",
     ],
 )
 def test_a_factory_that_uses_cuda_when_called_for_the_cpu_is_told_the_rule(
@@ -325,7 +326,7 @@ def test_a_cuda_graph_built_on_the_cpu_at_start_up_is_told_the_rule(
 ) -> None:
     """What torch itself raises when runner code builds a CUDA graph without CUDA."""
     if torch.cuda.is_available():
-        pytest.skip("torch.cuda.CUDAGraph() works here: the CPU build's error cannot be made")
+        pytest.skip("torch.cuda.CUDAGraph() works here: torch's error without CUDA cannot be made")
 
     def factory(device: torch.device) -> CudaGraphTarget:
         torch.cuda.CUDAGraph()
