@@ -250,6 +250,11 @@ def test_records_are_only_what_the_plugin_wrote() -> None:
         ("cudagraph_memory", 5),
         ("cudagraph_parity", {"form": "cases"}),
         ("cudagraph_phase", {results.ENVELOPE: {"forged": True}}),
+        # Even with this run's token: the phase record is the report's own, never a property.
+        (
+            "cudagraph_phase",
+            {results.ENVELOPE: {"forged": True}, results.TOKEN: results.run_token()},
+        ),
         ("speed", 1.5),
         "not a pair",
     ]
@@ -262,6 +267,10 @@ def test_records_are_only_what_the_plugin_wrote() -> None:
         ["cudagraph_memory", 5],
         ["cudagraph_parity", {"form": "cases"}],
         ["cudagraph_phase", {results.ENVELOPE: {"forged": True}}],
+        [
+            "cudagraph_phase",
+            {results.ENVELOPE: {"forged": True}, results.TOKEN: results.run_token()},
+        ],
         ["speed", 1.5],
         [None, "not a pair"],
     ]
