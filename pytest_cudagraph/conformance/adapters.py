@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, cast
@@ -157,6 +158,11 @@ def compiled(
     # Room for both sides of every key, and a spare for each, on top of what other targets of the
     # same code compiled: a fresh target (the witness builds some) compiles its own variants.
     torch._dynamo.config.cache_size_limit += 2 * len(keys) + 2
+    # A fresh target of code compiled before replays dynamo's compiled graphs on its own model:
+    # cudagraph trees record them anew at its addresses and count that as a re-record of the
+    # same function, so each target of the code adds one to the limit every target runs under.
+    code = _code_of(original)
+    _targets_of_code[code] += 1
     skips = InductorSkips()
     one_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compiled-target")
 
@@ -172,7 +178,7 @@ def compiled(
         return graphed_step(*args, **kwargs)
 
     def run_graphed(inputs: Inputs) -> object:
-        with _on(device), _rerecord_limit(rerecord_limit):
+        with _on(device), _rerecord_limit(rerecord_limit + _targets_of_code[code] - 1):
             return sides.run(stepped, sides.graphed_model, inputs)
 
     def eager(inputs: Inputs) -> object:
@@ -465,6 +471,17 @@ def _compile_options(
             f"with options, got {mode!r}"
         )
     return {"mode": mode}, {"mode": TWIN_MODES[mode]}
+
+
+# compiled() targets built in this process, by the code they compile (see _code_of)
+_targets_of_code: Counter[object] = Counter()
+
+
+def _code_of(original: object) -> object:
+    """What dynamo caches ``original``'s compilations under: the code of a module's forward or
+    of a function (the object itself when it has neither)."""
+    function = getattr(type(original), "forward", original)
+    return getattr(function, "__code__", original)
 
 
 def _uncompiled(fn: Callable[..., object]) -> Callable[..., object]:

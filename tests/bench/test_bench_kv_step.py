@@ -46,7 +46,10 @@ VARIANTS = [pytest.param("compile", marks=pytest.mark.slow), "graph"]
 
 def loaded(kv: KVDecoder, buffers: StepBuffers) -> StepBuffers:
     """``buffers`` holding a target and a step's inputs: every row at position 63, the middle
-    of the cache (the step does the same work at any position)."""
+    of the cache (the step does the same work at any position), over a zeroed cache: a graph's
+    buffers hold what its warm-up and capture wrote, an eager step's fresh ones do not, and
+    the step reads every position up to its own."""
+    buffers.cache.zero_()
     memory, mask = make_memory(kv.config, kv.device, seed=0)
     with step_context(kv.device, bf16=True):
         kv.load_target(buffers, memory, mask)

@@ -293,6 +293,31 @@ def test_the_adapters_say_which_modules_each_side_runs_on_unless_they_share_them
     assert sides_of(target) == (eager_model, graphed_model)
 
 
+def test_compiled_raises_the_rerecord_limit_by_one_for_each_target_of_the_same_code() -> None:
+    """A fresh target of code compiled before (the witness builds some) replays dynamo's graphs
+    on its own model, which cudagraph trees record anew as a re-record of the same function: each
+    target of a module's forward or a function adds one to the limit all of them run under."""
+    import torch._inductor.config as inductor_config
+
+    def limit(step: object, model: object, inputs: object) -> int:
+        return inductor_config.triton.cudagraph_unexpected_rerecord_limit
+
+    class Twice(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return 2 * x
+
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return 2 * x
+
+    inputs = {"x": torch.ones(1, 2)}
+    fields = {**mlp_fields(), "call": limit, "rerecord_limit": 2}
+    first = compiled(Twice(), **fields)
+    assert first.graphed(inputs) == 2 and first.eager(inputs) != 2
+    second = compiled(Twice(), **fields)
+    assert first.graphed(inputs) == second.graphed(inputs) == 3
+    assert compiled(double, **fields).graphed(inputs) == 2  # other code: its first target
+
+
 def test_each_adapter_declares_the_lifetime_of_its_graphs_outputs() -> None:
     assert compiled(nn.Linear(2, 2), **mlp_fields()).output_lifetime == NEXT_CALL
     assert graphed_callables(nn.Linear(2, 2), **mlp_fields()).output_lifetime == NEXT_CALL_OF_KEY
