@@ -20,7 +20,7 @@ import copy
 import dataclasses
 import logging
 import threading
-from collections import Counter
+import types
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, cast
@@ -142,27 +142,21 @@ def compiled(
     with_graphs, without_graphs = _compile_options(mode, options)
     original = _uncompiled(fn)
     sides = _sides(original, model, call, share_state, _default_call)
-    if device.type != "cuda":  # no CUDA graphs here: the graphed side runs the twin's code
-        graphed_step = torch.compile(
-            sides.graphed_code, fullgraph=fullgraph, dynamic=dynamic, **without_graphs
-        )
-    elif fn is not original:
+    if fn is not original and device.type == "cuda":
         graphed_step = fn  # the user's own compile line
-    else:
+    else:  # without CUDA graphs the graphed side runs the twin's options
         graphed_step = torch.compile(
-            sides.graphed_code, fullgraph=fullgraph, dynamic=dynamic, **with_graphs
+            _with_code_of_its_own(sides.graphed_code),
+            fullgraph=fullgraph,
+            dynamic=dynamic,
+            **(with_graphs if device.type == "cuda" else without_graphs),
         )
     eager_step = torch.compile(
         sides.eager_code, fullgraph=fullgraph, dynamic=dynamic, **without_graphs
     )
-    # Room for both sides of every key, and a spare for each, on top of what other targets of the
-    # same code compiled: a fresh target (the witness builds some) compiles its own variants.
+    # Room for a variant of every key on each side, and a spare, on top of what earlier targets
+    # compiled of the eager side's code, which every target of the same code shares.
     torch._dynamo.config.cache_size_limit += 2 * len(keys) + 2
-    # A fresh target of code compiled before replays dynamo's compiled graphs on its own model:
-    # cudagraph trees record them anew at its addresses and count that as a re-record of the
-    # same function, so each target of the code adds one to the limit every target runs under.
-    code = _code_of(original)
-    _targets_of_code[code] += 1
     skips = InductorSkips()
     one_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compiled-target")
 
@@ -178,7 +172,7 @@ def compiled(
         return graphed_step(*args, **kwargs)
 
     def run_graphed(inputs: Inputs) -> object:
-        with _on(device), _rerecord_limit(rerecord_limit + _targets_of_code[code] - 1):
+        with _on(device), _rerecord_limit(rerecord_limit):
             return sides.run(stepped, sides.graphed_model, inputs)
 
     def eager(inputs: Inputs) -> object:
@@ -190,7 +184,9 @@ def compiled(
     # Cudagraph trees keep every graph they record: capacity is every key.
     own: TargetOptions = dict(
         output_lifetime=NEXT_CALL,
-        cache=Cache(capacity=len(keys), static=_trees_static_inputs(sides)),
+        cache=Cache(
+            capacity=len(keys), largest_key=_only(keys), static=_trees_static_inputs(sides)
+        ),
         fallbacks=Fallbacks(graph_skips=skips.reasons),
     )
     if sides.side_state is not None:
@@ -266,7 +262,13 @@ def graphed_callables(
     own_keys = (lambda: list(graphs)) if call is None and key_of is None else None
     own: TargetOptions = dict(
         output_lifetime=NEXT_CALL_OF_KEY,
-        cache=Cache(reset=reset, lock=lock, capacity=len(keys), cached_keys=own_keys),
+        cache=Cache(
+            reset=reset,
+            lock=lock,
+            capacity=len(keys),
+            largest_key=_only(keys),
+            cached_keys=own_keys,
+        ),
     )
     if sides.side_state is not None:
         own["state"] = State(sides=sides.side_state)
@@ -473,15 +475,31 @@ def _compile_options(
     return {"mode": mode}, {"mode": TWIN_MODES[mode]}
 
 
-# compiled() targets built in this process, by the code they compile (see _code_of)
-_targets_of_code: Counter[object] = Counter()
+def _only(keys: Sequence[Hashable]) -> Hashable | None:
+    """The largest key where the user gives none: with one key, its graph is the largest."""
+    return keys[0] if len(keys) == 1 else None
 
 
-def _code_of(original: object) -> object:
-    """What dynamo caches ``original``'s compilations under: the code of a module's forward or
-    of a function (the object itself when it has neither)."""
-    function = getattr(type(original), "forward", original)
-    return getattr(function, "__code__", original)
+def _with_code_of_its_own(step: Callable[..., object]) -> Callable[..., object]:
+    """``step`` called through a function whose code object is this target's alone. Dynamo keeps
+    what it compiled on the code object, and cudagraph trees know a graph by the compilation it
+    came from: a fresh target (the witness builds some) sharing an earlier target's code would
+    replay that compilation on its own parameters, which trees record only as a re-record, past
+    ``rerecord_limit`` a fall back to eager. Its own code compiles its own graphs."""
+
+    def around(*args: object, **kwargs: object) -> object:  # for a module or another callable
+        return step(*args, **kwargs)
+
+    function = step if isinstance(step, types.FunctionType) else around
+    copy = types.FunctionType(
+        function.__code__.replace(),
+        function.__globals__,
+        function.__name__,
+        function.__defaults__,
+        function.__closure__,
+    )
+    copy.__kwdefaults__ = function.__kwdefaults__
+    return copy
 
 
 def _uncompiled(fn: Callable[..., object]) -> Callable[..., object]:

@@ -43,6 +43,7 @@ CUDA_MISSING = (
     "no CUDA GPUs are available",
     "Found no NVIDIA driver",
     "CUDA driver version is insufficient for CUDA runtime version",
+    "no CUDA-capable device is detected",  # a driver, and CUDA_VISIBLE_DEVICES hiding its GPUs
 )
 
 # Which frames of an error in the user's code to show (``traceback_text``).

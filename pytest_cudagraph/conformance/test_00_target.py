@@ -14,13 +14,14 @@ with the case, the key, the inputs' shapes and the user's own frames: nothing of
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 
 import pytest
 
 from pytest_cudagraph.conformance import loading
 from pytest_cudagraph.conformance.catalog import check_needs, lacking
 from pytest_cudagraph.conformance.judging import (
+    checked_sides,
     differences,
     draw,
     eager_call,
@@ -36,6 +37,7 @@ from pytest_cudagraph.conformance.progress import CheckProgress
 from pytest_cudagraph.conformance.protocol import CudaGraphTarget, Inputs, key_problem
 from pytest_cudagraph.conformance.suite import AccountRecorder, ErrorExplainer, FigureRecorder
 from pytest_cudagraph.engines.compare import compare_outputs
+from pytest_cudagraph.engines.state import load_state, module_state
 
 DRAWS = 4  # draws of one case; each input tensor must take at least two values among them
 VARIED_CASES = 4
@@ -191,10 +193,11 @@ def test_dry_run(
     sides = "eager and graphed" if graphed_too else "eager"
     failed: dict[int, list[str]] = {}
     first: object = None
+    back_to_start = eager_state_kept(target)
     for case in range(called):
         progress(f"{sides} on {case_words(target.case(case))} ({case + 1} of {called} keys)")
         try:
-            output, found = dry_call(target, case, graphed_too)
+            output, found = dry_call(target, case, graphed_too, back_to_start)
         except loading.UserCodeError as error:
             output, found = None, [explain(error)]
         except ReturnedWrong as error:
@@ -206,7 +209,7 @@ def test_dry_run(
     if 0 not in failed and called > 1:
         progress(f"eager on {case_words(target.case(0))} again, after every other key")
         try:
-            carried = carried_state(target, first)
+            carried = carried_state(target, first, back_to_start)
         except loading.UserCodeError as error:
             carried = [explain(error)]
         except ReturnedWrong as error:
@@ -235,10 +238,27 @@ def once(problems: list[str]) -> list[str]:
     return shown
 
 
-def dry_call(target: CudaGraphTarget, case: int, graphed_too: bool) -> tuple[object, list[str]]:
-    """One case through eager (twice under one seed on case 0: the seed must decide its
-    answer) and, when asked, graphed, each on a draw of its own (two draws under one seed must
-    be alike): eager's output, and what does not fit the contract."""
+def eager_state_kept(target: CudaGraphTarget) -> Callable[[], object]:
+    """What brings the eager side back to the state it holds now, so that a repeated call
+    starts where the first did: its state copied back in place (``State.sides``), else a new
+    episode (``State.reset``, begun now too); nothing where the target declares no state."""
+    state = target.state
+    if state is not None and state.sides is not None:
+        eager_side = checked_sides(state.sides)[0]
+        saved = module_state(eager_side)
+        return lambda: load_state(eager_side, saved)
+    if state is not None and state.reset is not None:
+        state.reset()
+        return state.reset
+    return lambda: None
+
+
+def dry_call(
+    target: CudaGraphTarget, case: int, graphed_too: bool, back_to_start: Callable[[], object]
+) -> tuple[object, list[str]]:
+    """One case through eager (twice under one seed on case 0, from one state: the seed must
+    decide its answer) and, when asked, graphed, each on a draw of its own (two draws under one
+    seed must be alike): eager's output, and what does not fit the contract."""
     inputs = drawn(target, case, seed=case)
     loading.key_of(target, inputs, target.case(case))  # an error in it named here too
     where = f"{case_words(target.case(case))}; inputs {inputs_words(inputs)}"
@@ -259,6 +279,7 @@ def dry_call(target: CudaGraphTarget, case: int, graphed_too: bool) -> tuple[obj
             f"one seed differ in {', '.join(differing_inputs(inputs, redrawn))}"
         ]
     if case == 0:
+        back_to_start()
         with user_call(f"eager on {where}, again"):
             again = eager_call(target, redrawn, seed=case)
         problems += [
@@ -275,9 +296,13 @@ def dry_call(target: CudaGraphTarget, case: int, graphed_too: bool) -> tuple[obj
     return expected, problems
 
 
-def carried_state(target: CudaGraphTarget, first: object) -> list[str]:
-    """Eager on case 0 once more under its seed, after every other key ran: an answer that
-    changed since its first call carries state from call to call."""
+def carried_state(
+    target: CudaGraphTarget, first: object, back_to_start: Callable[[], object]
+) -> list[str]:
+    """Eager on case 0 once more under its seed, after every other key ran (from the state of
+    its first call, where the target declares state): an answer that changed since its first
+    call carries state from call to call."""
+    back_to_start()
     inputs = drawn(target, 0, seed=0)
     where = f"{case_words(target.case(0))}; inputs {inputs_words(inputs)}"
     with user_call(f"eager on {where}, after the other keys"):

@@ -91,7 +91,9 @@ class EncoderGraphCache:
 
     def capture(self, entry: Entry) -> None:
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=self.side_stream):
+        # thread_local: another thread's CUDA calls meanwhile (an eager call, drawing inputs)
+        # neither fail nor break this capture; under the default "global" they fail.
+        with torch.cuda.graph(graph, stream=self.side_stream, capture_error_mode="thread_local"):
             entry.out = self.forward(entry)
         entry.graph = graph
 

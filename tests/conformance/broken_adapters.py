@@ -69,12 +69,23 @@ def compiled_graph_skipped(device: torch.device) -> CudaGraphTarget:
     return mlp_target(compiled, device, model=CleansItsInput(make_model(device)))
 
 
+class ScaledLinear(nn.Linear):
+    """A linear layer whose output is half again what its parameters give: the same state as
+    the layer it replaces, other code."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return 1.5 * super().forward(input)
+
+
 def graphed_layer_off(device: torch.device) -> CudaGraphTarget:
-    """The graphed side's second linear layer (module "2") scaled after the eager side was
-    copied from it: parity fails, and the diagnosis names that module, the first that differs."""
+    """The graphed side's second linear layer (module "2") computing otherwise: parity fails,
+    and the diagnosis names that module, the first that differs. (Scaling its weight would not
+    do: each check starts by copying the graphed side's state, parameters too, into eager's.)"""
     target = mlp_target(graphed_callables, device)
     assert target.state is not None and target.state.sides is not None
     _, graphed_model = target.state.sides()
-    with torch.no_grad():
-        graphed_model[2].weight.mul_(1.5)
+    layer = graphed_model[2]
+    graphed_model[2] = ScaledLinear(layer.in_features, layer.out_features, device=device)
+    graphed_model[2].load_state_dict(layer.state_dict())
+    graphed_model[2].requires_grad_(False)
     return target

@@ -88,7 +88,7 @@ class UnboundedCache(GraphCache):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
-        self.reported_capacity = self.capacity
+        self.reported_capacity = self.entries.capacity  # the LRU it was built with
         self.entries = LRU(sys.maxsize)
 
     @property

@@ -24,6 +24,8 @@ from suite_runner import table_verdicts
 
 from pytest_cudagraph.conformance import (
     CudaGraphTarget,
+    State,
+    test_00_target,
     test_01_parity,
     test_02_no_baked_inputs,
     test_03_owned_outputs,
@@ -151,6 +153,21 @@ def test_an_accumulating_step_is_judged_by_episodes_and_passes() -> None:
     assert figures["capture does not advance state"][0].startswith(
         "case 0 (key (1, 1)): the capturing call left the state of one eager call"
     )
+
+
+@pytest.mark.parametrize("declared", ["sides", "reset"])
+def test_the_dry_run_repeats_a_call_from_the_state_it_started_in(declared: str) -> None:
+    """The dry run calls eager twice on case 0, the second time after the other keys too: a
+    step that advances its own position answers otherwise each time unless the state is put
+    back first, copied back where State.sides says what holds it, else by a new episode."""
+    target = broken_stateful_targets.accumulating_decode(CPU)  # eager alone on the CPU
+    assert target.state is not None and target.state.reset is not None
+    if declared == "reset":
+        target = replace(target, state=State(reset=target.state.reset))
+    assert run(test_00_target.test_dry_run, target) == ["eager once on each of 1 key"]
+    undeclared = replace(target, state=None)
+    with pytest.raises(pytest.fail.Exception, match=r"is not reproducible under one seed"):
+        run(test_00_target.test_dry_run, undeclared)
 
 
 # The broken twins

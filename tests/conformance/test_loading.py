@@ -305,6 +305,7 @@ def test_a_misspelt_installed_name_gets_a_suggestion(monkeypatch: pytest.MonkeyP
         "Torch not compiled with CUDA enabled",
         "No CUDA GPUs are available".replace("No", "no"),
         "CUDA error: CUDA driver version is insufficient for CUDA runtime version",
+        "CUDA error: no CUDA-capable device is detected",
     ],
 )
 def test_a_factory_that_uses_cuda_when_called_for_the_cpu_is_told_the_rule(

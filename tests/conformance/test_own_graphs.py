@@ -293,29 +293,28 @@ def test_the_adapters_say_which_modules_each_side_runs_on_unless_they_share_them
     assert sides_of(target) == (eager_model, graphed_model)
 
 
-def test_compiled_raises_the_rerecord_limit_by_one_for_each_target_of_the_same_code() -> None:
-    """A fresh target of code compiled before (the witness builds some) replays dynamo's graphs
-    on its own model, which cudagraph trees record anew as a re-record of the same function: each
-    target of a module's forward or a function adds one to the limit all of them run under."""
-    import torch._inductor.config as inductor_config
+def test_compiled_compiles_the_graphed_side_of_each_target_from_code_of_its_own() -> None:
+    """A fresh target of code compiled before (the witness builds some) compiles its own graphs:
+    sharing an earlier target's, cudagraph trees would record them on its parameters only as a
+    re-record. Dynamo compiles each target's graphed side afresh, a module's and a function's,
+    while the eager sides share their compilations."""
+    from torch._dynamo.utils import counters
 
-    def limit(step: object, model: object, inputs: object) -> int:
-        return inductor_config.triton.cudagraph_unexpected_rerecord_limit
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return 2 * x
 
     class Twice(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return 2 * x
 
-    def double(x: torch.Tensor) -> torch.Tensor:
-        return 2 * x
-
     inputs = {"x": torch.ones(1, 2)}
-    fields = {**mlp_fields(), "call": limit, "rerecord_limit": 2}
-    first = compiled(Twice(), **fields)
-    assert first.graphed(inputs) == 2 and first.eager(inputs) != 2
-    second = compiled(Twice(), **fields)
-    assert first.graphed(inputs) == second.graphed(inputs) == 3
-    assert compiled(double, **fields).graphed(inputs) == 2  # other code: its first target
+    for code in (double, Twice()):
+        first, second = compiled(code, **mlp_fields()), compiled(code, **mlp_fields())
+        before = counters["stats"]["unique_graphs"]
+        assert torch.equal(first.graphed(inputs), second.graphed(inputs))
+        assert counters["stats"]["unique_graphs"] == before + 2
+        first.eager(inputs), second.eager(inputs)
+        assert counters["stats"]["unique_graphs"] == before + 3
 
 
 def test_each_adapter_declares_the_lifetime_of_its_graphs_outputs() -> None:
@@ -323,6 +322,19 @@ def test_each_adapter_declares_the_lifetime_of_its_graphs_outputs() -> None:
     assert graphed_callables(nn.Linear(2, 2), **mlp_fields()).output_lifetime == NEXT_CALL_OF_KEY
     cache = compiled(nn.Linear(2, 2), **mlp_fields()).cache
     assert cache is not None and cache.capacity == 1
+
+
+@pytest.mark.parametrize("adapter", [compiled, graphed_callables])
+def test_an_adapter_with_one_key_takes_it_for_the_largest_unless_told(adapter: Callable) -> None:
+    """With one key its graph is the largest (the bounded-memory check needs to know which);
+    with more the adapter cannot tell, and a largest_key given wins."""
+    one = adapter(nn.Linear(2, 2), **mlp_fields()).cache
+    assert one is not None and one.largest_key == (1, 2)
+    two = adapter(nn.Linear(2, 2), **{**mlp_fields(), "keys": [(1, 2), (4, 2)]}).cache
+    assert two is not None and two.largest_key is None
+    told = Cache(largest_key=(4, 2))
+    given = adapter(nn.Linear(2, 2), **{**mlp_fields(), "keys": [(1, 2), (4, 2)], "cache": told})
+    assert given.cache is not None and given.cache.largest_key == (4, 2)
 
 
 def test_compiled_names_the_static_inputs_of_cudagraph_trees_for_no_rebound_tensors() -> None:
@@ -432,6 +444,16 @@ MUST_PASS = {
     EXAMPLES["piecewise_runner_target"]: ALL_CODE,
     EXAMPLES["hf_static_cache_target"]: ALL_CODE | {"concurrency", "graphs not skipped"},
 }
+# The checks that judge what a capture does, and fail where none can be had.
+WITNESSED = {
+    "no baked inputs",
+    "owned outputs",
+    "output storage",
+    "captures",
+    "inputs unchanged",
+    "no rebound tensors",
+    "capture does not advance state",
+}
 # twin -> (the check meant for its fault, checks that must fail on one GPU, checks that may fail
 # too: those whose verdict on this twin the GPU runs have not settled yet).
 BROKEN = {
@@ -477,10 +499,11 @@ BROKEN = {
         {"owned outputs"},
         {"output storage", "lock safety"},
     ),
-    # No graph runs: no call replays one, and no fault point of torch's graph API is reached.
+    # No graph runs: no call replays one, no fault point of torch's graph API is reached, and
+    # every check that witnesses a capture fails as not exercised.
     "broken_adapters:compiled_graph_skipped": (
         "graphs not skipped",
-        {"graphs not skipped", "graphs used"},
+        {"graphs not skipped", "graphs used", *WITNESSED},
         {"lock safety"},
     ),
 }
