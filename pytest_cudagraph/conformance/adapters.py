@@ -125,9 +125,10 @@ def compiled(
     next call (``output_lifetime="next call"``, the default here); an episode that copies them
     (``call``) may say ``owned``. A graph re-recorded more than ``rerecord_limit`` times falls
     back to eager, which the graphs-not-skipped check reports (``InductorSkips``), as it does
-    every graph inductor skipped. Every call runs on one thread of the adapter, one at a time
-    (cudagraph trees keep per-thread state), and each call of the graphed step (several in a
-    ``call``) after ``torch.compiler.cudagraph_mark_step_begin()``.
+    every graph inductor skipped. Each target compiles its graphed side afresh, so that its graphs
+    are its own to cudagraph trees. Every call of every target runs on one thread the adapter
+    keeps, one at a time (cudagraph trees keep per-thread state), and each call of the graphed
+    step (several in a ``call``) after ``torch.compiler.cudagraph_mark_step_begin()``.
     """
     import torch
     import torch._dynamo
@@ -158,7 +159,6 @@ def compiled(
     # compiled of the eager side's code, which every target of the same code shares.
     torch._dynamo.config.cache_size_limit += 2 * len(keys) + 2
     skips = InductorSkips()
-    one_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compiled-target")
 
     def run_eager(inputs: Inputs) -> object:
         with _on(device):
@@ -176,10 +176,10 @@ def compiled(
             return sides.run(stepped, sides.graphed_model, inputs)
 
     def eager(inputs: Inputs) -> object:
-        return one_thread.submit(run_eager, inputs).result()
+        return _COMPILED_TARGETS_THREAD.submit(run_eager, inputs).result()
 
     def graphed(inputs: Inputs) -> object:
-        return one_thread.submit(run_graphed, inputs).result()
+        return _COMPILED_TARGETS_THREAD.submit(run_graphed, inputs).result()
 
     # Cudagraph trees keep every graph they record: capacity is every key.
     own: TargetOptions = dict(
@@ -473,6 +473,12 @@ def _compile_options(
             f"with options, got {mode!r}"
         )
     return {"mode": mode}, {"mode": TWIN_MODES[mode]}
+
+
+# The one thread every compiled() target runs on. Cudagraph trees keep their state in the thread
+# they were first used on, and on torch 2.11 a function first graphed on another thread fails
+# an assertion there (get_obj in cudagraph_trees): a fresh target compiles new functions.
+_COMPILED_TARGETS_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compiled-targets")
 
 
 def _only(keys: Sequence[Hashable]) -> Hashable | None:

@@ -324,6 +324,22 @@ def test_each_adapter_declares_the_lifetime_of_its_graphs_outputs() -> None:
     assert cache is not None and cache.capacity == 1
 
 
+def test_every_compiled_target_calls_both_sides_on_one_thread_of_the_adapters() -> None:
+    """Cudagraph trees graph a function only on the thread they were first used on (torch
+    2.11): a fresh target's calls go to the thread of the targets before it."""
+    import threading
+
+    def thread(step: object, model: object, inputs: object) -> int | None:
+        return threading.get_ident()
+
+    first = compiled(lambda x: x, **mlp_fields(), call=thread)
+    second = compiled(lambda x: 2 * x, **mlp_fields(), call=thread)
+    inputs = {"x": torch.ones(1, 2)}
+    ident = first.graphed(inputs)
+    assert ident != threading.get_ident()
+    assert first.eager(inputs) == second.graphed(inputs) == second.eager(inputs) == ident
+
+
 @pytest.mark.parametrize("adapter", [compiled, graphed_callables])
 def test_an_adapter_with_one_key_takes_it_for_the_largest_unless_told(adapter: Callable) -> None:
     """With one key its graph is the largest (the bounded-memory check needs to know which);
