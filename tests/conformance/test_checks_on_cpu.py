@@ -355,6 +355,31 @@ def test_owned_outputs_checks_the_lifetime_the_target_declares(
             run(test_03_owned_outputs.test_owned_outputs, target)
 
 
+def test_owned_outputs_keeps_the_first_output_a_graph_gave() -> None:
+    """A graph built over several calls (cudagraph trees run a function's first call eagerly
+    and capture on its second; two calls without a graph here, the most the check waits
+    through): the output kept is the capturing call's, and the capture is this check's own;
+    three calls without a graph, and no capture is had."""
+
+    def key_of(inputs: dict[str, object]) -> int:
+        x = inputs["x"]
+        assert isinstance(x, Tensor)
+        return x.shape[0]
+
+    trees_like = StandInGraphs(double, key_of, warm_up_calls=2)
+    target = cpu_target(graphed=trees_like, output_lifetime=NEXT_CALL)
+    figures = run(test_03_owned_outputs.test_owned_outputs, target)
+    assert figures == [
+        "outputs next call: kept over 4 eager calls (key 3, from the first case's call 3); "
+        "1 capture(s) in this check"
+    ]
+    late = cpu_target(
+        graphed=StandInGraphs(double, key_of, warm_up_calls=3), output_lifetime=NEXT_CALL
+    )
+    with pytest.raises(pytest.fail.Exception, match=r"^not exercised: "):
+        run(test_03_owned_outputs.test_owned_outputs, late)
+
+
 def test_with_one_key_valid_until_its_next_call_means_valid_until_the_next_call() -> None:
     one_key = cpu_target(graphed=StaticOutputs(True), output_lifetime=NEXT_CALL_OF_KEY, keys=[2])
     figures = run(test_03_owned_outputs.test_owned_outputs, one_key)

@@ -29,17 +29,25 @@ class StandInGraph:
 
 class StandInGraphs:
     """``function`` behind stand-in graphs, one per key (``key_of(inputs)``), captured on the
-    key's first call and replayed by each call: the captures and replays a graph cache makes,
+    key's first call after ``warm_up_calls`` calls without a graph (cudagraph trees warm up on
+    one) and replayed by each call from then on: the captures and replays a graph cache makes,
     for the checks that count them (and witness their captures)."""
 
     def __init__(
-        self, function: Callable[[dict[str, object]], object], key_of: Callable[..., Hashable]
+        self,
+        function: Callable[[dict[str, object]], object],
+        key_of: Callable[..., Hashable],
+        warm_up_calls: int = 0,
     ) -> None:
-        self.function, self.key_of = function, key_of
+        self.function, self.key_of, self.warm_up_calls = function, key_of, warm_up_calls
         self.graphs: dict[Hashable, StandInGraph] = {}
+        self.calls: dict[Hashable, int] = {}
 
     def __call__(self, inputs: dict[str, object]) -> object:
         key = self.key_of(inputs)
+        self.calls[key] = self.calls.get(key, 0) + 1
+        if self.calls[key] <= self.warm_up_calls:
+            return self.function(inputs)
         if key not in self.graphs:
             graph = self.graphs[key] = StandInGraph()
             graph.capture_begin()
