@@ -89,8 +89,8 @@ def judge(target: CudaGraphTarget, keys: Sequence[int], counter: CaptureCounter)
     key_index = keys[0]
     other_keys = lifetime == NEXT_CALL_OF_KEY and target.num_keys > 1
     lockstep = Lockstep(target, given(target, State, "sides"), given(target, State, "reset"))
-    first = draw(target, key_index, seed=0)
     for call in range(1, FIRST_CALLS + 1):
+        first = draw(target, key_index, seed=0)  # a draw each: a call may write its inputs
         expected = lockstep.eager(draw(target, key_index, seed=0), SEED)
         # As it is: the lifetime is what this check judges.
         kept = lockstep.graphed(first, SEED, f"the first case's call {call}", raw=True)
