@@ -293,6 +293,7 @@ def test_the_adapters_say_which_modules_each_side_runs_on_unless_they_share_them
     assert sides_of(target) == (eager_model, graphed_model)
 
 
+@pytest.mark.slow  # four compiles
 def test_compiled_compiles_the_graphed_side_of_each_target_from_code_of_its_own() -> None:
     """A fresh target of code compiled before (the witness builds some) compiles its own graphs:
     sharing an earlier target's, cudagraph trees would record them on its parameters only as a
