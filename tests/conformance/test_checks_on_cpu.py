@@ -360,13 +360,7 @@ def test_owned_outputs_keeps_the_first_output_a_graph_gave() -> None:
     and capture on its second; two calls without a graph here, the most the check waits
     through): the output kept is the capturing call's, and the capture is this check's own;
     three calls without a graph, and no capture is had."""
-
-    def key_of(inputs: dict[str, object]) -> int:
-        x = inputs["x"]
-        assert isinstance(x, Tensor)
-        return x.shape[0]
-
-    trees_like = StandInGraphs(double, key_of, warm_up_calls=2)
+    trees_like = StandInGraphs(double, rows, warm_up_calls=2)
     target = cpu_target(graphed=trees_like, output_lifetime=NEXT_CALL)
     figures = run(test_03_owned_outputs.test_owned_outputs, target)
     assert figures == [
@@ -374,7 +368,7 @@ def test_owned_outputs_keeps_the_first_output_a_graph_gave() -> None:
         "1 capture(s) in this check"
     ]
     late = cpu_target(
-        graphed=StandInGraphs(double, key_of, warm_up_calls=3), output_lifetime=NEXT_CALL
+        graphed=StandInGraphs(double, rows, warm_up_calls=3), output_lifetime=NEXT_CALL
     )
     with pytest.raises(pytest.fail.Exception, match=r"^not exercised: "):
         run(test_03_owned_outputs.test_owned_outputs, late)
