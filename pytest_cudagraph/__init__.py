@@ -10,71 +10,45 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from pytest_cudagraph._lazy import lazy_door
+
 __version__ = "0.4.0"
 
-# Public name -> the module that defines it.
-_EXPORTS = {
-    "ParityChecker": "pytest_cudagraph.engines.parity",
-    "ParityResult": "pytest_cudagraph.engines.parity",
-    "Mismatch": "pytest_cudagraph.engines.parity",
-    "compare_outputs": "pytest_cudagraph.engines.parity",
-    "DeviceMemoryProbe": "pytest_cudagraph.engines.memory",
-    "MemoryReport": "pytest_cudagraph.engines.memory",
-    "judge_growth": "pytest_cudagraph.engines.memory",
-    "host_syncs_fail": "pytest_cudagraph.engines.hostsync",
-    "FaultInjector": "pytest_cudagraph.engines.faults",
-    "CudaGraphTarget": "pytest_cudagraph.conformance.protocol",
-    "TargetError": "pytest_cudagraph.conformance.loading",
-    "cuda_graph_parity": "pytest_cudagraph.markers.cuda_graph_parity",
-    "graph_memory_bound": "pytest_cudagraph.markers.graph_memory_bound",
-    "no_host_sync": "pytest_cudagraph.markers.no_host_sync",
-    "pinned_stack": "pytest_cudagraph.markers.pinned_stack",
-}
-__all__ = [
-    "CudaGraphTarget",
-    "DeviceMemoryProbe",
-    "FaultInjector",
-    "MemoryReport",
-    "Mismatch",
-    "ParityChecker",
-    "ParityResult",
-    "TargetError",
-    "__version__",
-    "compare_outputs",
-    "cuda_graph_parity",
-    "graph_memory_bound",
-    "host_syncs_fail",
-    "judge_growth",
-    "no_host_sync",
-    "pinned_stack",
-]
+
+class PytestCudagraphDeprecationWarning(DeprecationWarning):
+    """A spelling this plugin still accepts and will drop: the message names the release that
+    drops it and what to write instead. Filter it by this class."""
+
 
 if TYPE_CHECKING:
-    from pytest_cudagraph.conformance.loading import TargetError
-    from pytest_cudagraph.conformance.protocol import CudaGraphTarget
-    from pytest_cudagraph.engines.faults import FaultInjector
-    from pytest_cudagraph.engines.hostsync import host_syncs_fail
-    from pytest_cudagraph.engines.memory import DeviceMemoryProbe, MemoryReport, judge_growth
-    from pytest_cudagraph.engines.parity import (
-        Mismatch,
-        ParityChecker,
-        ParityResult,
-        compare_outputs,
+    from pytest_cudagraph.conformance._loading import TargetError as TargetError
+    from pytest_cudagraph.conformance._protocol import CudaGraphTarget as CudaGraphTarget
+    from pytest_cudagraph.engines.compare import Mismatch as Mismatch
+    from pytest_cudagraph.engines.compare import compare_outputs as compare_outputs
+    from pytest_cudagraph.engines.faults import FaultInjector as FaultInjector
+    from pytest_cudagraph.engines.hostsync import host_syncs_fail as host_syncs_fail
+    from pytest_cudagraph.engines.memory import DeviceMemoryProbe as DeviceMemoryProbe
+    from pytest_cudagraph.engines.memory import MemoryReport as MemoryReport
+    from pytest_cudagraph.engines.memory import judge_growth as judge_growth
+    from pytest_cudagraph.engines.parity import ParityChecker as ParityChecker
+    from pytest_cudagraph.engines.parity import ParityResult as ParityResult
+    from pytest_cudagraph.markers.cuda_graph_parity import cuda_graph_parity as cuda_graph_parity
+    from pytest_cudagraph.markers.graph_memory_bound import (
+        graph_memory_bound as graph_memory_bound,
     )
-    from pytest_cudagraph.markers.cuda_graph_parity import cuda_graph_parity
-    from pytest_cudagraph.markers.graph_memory_bound import graph_memory_bound
-    from pytest_cudagraph.markers.no_host_sync import no_host_sync
-    from pytest_cudagraph.markers.pinned_stack import pinned_stack
+    from pytest_cudagraph.markers.no_host_sync import no_host_sync as no_host_sync
+    from pytest_cudagraph.markers.pinned_stack import pinned_stack as pinned_stack
 
+__getattr__, __dir__, __all__ = lazy_door(
+    __name__, __file__, globals(), ("__version__", "PytestCudagraphDeprecationWarning")
+)
 
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pytest_cudagraph' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+# The spellings of earlier releases, a layer on top of the rest until 0.5.0: deleting its module
+# drops them, with no other edit. Only that module missing is let go: an import it makes that
+# fails is the layer's own error, raised.
+_LEGACY = "pytest_cudagraph.conformance._legacy"
+try:
+    importlib.import_module(_LEGACY)
+except ModuleNotFoundError as missing:
+    if missing.name != _LEGACY:
+        raise

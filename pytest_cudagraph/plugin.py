@@ -1,7 +1,8 @@
 """pytest hooks of pytest-cudagraph (entry point ``pytest_cudagraph``).
 
-This module registers the features and resolves the settings once; what each marker does
-lives in its own module under pytest_cudagraph.markers. Installed, the plugin runs in every
+This module registers the features, declares the hooks of pytest_cudagraph.hookspec (the
+markers' results sections come through them too) and resolves the settings once; what each
+marker does lives in its own module under pytest_cudagraph.markers. Installed, the plugin runs in every
 pytest session of the environment, so it stays quiet and cheap until a session uses it (a
 cudagraph setting given, a marker or a fixture of its own on a collected test): neither
 torch nor NVML is imported here, and the header is printed only for a session that uses it.
@@ -11,6 +12,7 @@ anything starts CUDA and needs only ``CUDA_VISIBLE_DEVICES`` arithmetic.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_cudagraph import results, settings
+from pytest_cudagraph import hookspec, records, results, sections, settings
 from pytest_cudagraph.engines import devices
 from pytest_cudagraph.markers import SECTIONS, MarkerArgumentError, MarkerFeature
 from pytest_cudagraph.markers.cuda_graph_parity import ParityMarker
@@ -56,18 +58,31 @@ FEATURE_OBJECTS = pytest.StashKey[tuple[MarkerFeature[Any], ...]]()
 BINDING = pytest.StashKey[devices.DeviceBinding]()
 USED_BY = pytest.StashKey[list[str]]()
 STRAY_CHECKS = pytest.StashKey[list[devices.StrayCheck]]()
-RECORDS = pytest.StashKey[list[results.Record]]()
+RECORDS = pytest.StashKey[list[records.Record]]()
+DECLARED = pytest.StashKey[list[sections.Section]]()  # the sections the plugins declare
 USES_PLUGIN = pytest.StashKey[bool]()  # on an item that uses the plugin
 INTERRUPTION = pytest.StashKey[str]()  # what interrupted the session, if anything did
 JSON_OUTCOME = pytest.StashKey[str]()  # the terminal's line about the results file
+# The session-wide emulation of CUDA graphs (``--cudagraph-emulate on``), open until unconfigure.
+EMULATION = pytest.StashKey[contextlib.ExitStack]()
 STRAY_CHECK_OUTPUT = "cudagraph_stray_check"  # key in xdist's workeroutput
 RUN_TOKEN_INPUT = "cudagraph_run_token"  # key in xdist's workerinput
 # The conformance wing's pytest plugin: its entry point's name (pyproject.toml) and module.
 CONFORMANCE_ENTRY_POINT = "pytest_cudagraph_conformance"
-CONFORMANCE_PLUGIN = "pytest_cudagraph.conformance.suite"
+CONFORMANCE_PLUGIN = "pytest_cudagraph.conformance._suite"
+# The marker pytest_cudagraph.skips.needs_cuda adds beside its skip; registered here because the
+# conformance checks carry it in every project that runs them.
+CUDA_MARKER = (
+    "cuda: needs a CUDA device; skipped without one, selected by the GPU recipe's test steps"
+)
 
 
 # Options and configuration
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """The hooks other plugins implement: their sections of the results."""
+    pluginmanager.add_hookspecs(hookspec)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -79,19 +94,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     workerinput = getattr(config, "workerinput", {})
     if RUN_TOKEN_INPUT in workerinput:  # an xdist worker records for its controller to read
-        results.join_run(workerinput[RUN_TOKEN_INPUT])
+        records.join_run(workerinput[RUN_TOKEN_INPUT])
     snapshot = settings.take_snapshot(config)
     config.stash[BINDING] = _bind_device(config, snapshot)
     config.stash[USED_BY] = snapshot.given()
     config.stash[STRAY_CHECKS] = []
     config.stash[RECORDS] = []
+    config.addinivalue_line("markers", CUDA_MARKER)
     features = config.stash[FEATURE_OBJECTS] = tuple(feature(config) for feature in FEATURES)
     for feature in features:
         config.addinivalue_line("markers", feature.help())
         config.pluginmanager.register(feature, f"cudagraph-{feature.name()}")
-        section = feature.section()
-        if section is not None:
-            results.add_section(config, section)
     config.pluginmanager.register(_RecordGatherer(config), "cudagraph-records")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(config), "cudagraph-xdist")
@@ -102,7 +115,17 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(bench.BenchmarkHooks(), "cudagraph-benchmark")
     else:
         config.pluginmanager.register(bench.MissingBenchmark(), "cudagraph-benchmark-missing")
+    if snapshot.value(settings.EMULATE) == "on":
+        from pytest_cudagraph.engines.emulation import emulated_graphs
+
+        config.stash[EMULATION] = contextlib.ExitStack()
+        config.stash[EMULATION].enter_context(emulated_graphs())
     _load_conformance_wing(config.pluginmanager)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if EMULATION in config.stash:
+        config.stash[EMULATION].close()
 
 
 def _load_conformance_wing(manager: pytest.PytestPluginManager) -> None:
@@ -148,7 +171,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     """Before collection: only a session that gave a cudagraph setting is known to use us."""
     if not config.stash[USED_BY]:
         return []
-    return results.header_lines(results.stack_facts(), config.stash[BINDING])
+    lines = results.header_lines(results.stack_facts(), config.stash[BINDING])
+    if EMULATION in config.stash:
+        lines.append(
+            f"cudagraph: CUDA graphs emulated on the CPU ({settings.EMULATE.option} on): "
+            "cuda_device is the CPU, and graph code runs there with CUDA graphs' semantics"
+        )
+    return lines
 
 
 # Collection
@@ -195,11 +224,14 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
 
 @pytest.fixture(scope="session")
 def cuda_device(pytestconfig: pytest.Config) -> torch.device:
-    """The CUDA device this test process is bound to; skips without CUDA."""
+    """The CUDA device this test process is bound to; the CPU with ``--cudagraph-emulate on``
+    (graphs then emulated there); skips without CUDA otherwise."""
     import torch
 
     from pytest_cudagraph.skips import NEEDS_CUDA
 
+    if settings.snapshot(pytestconfig).value(settings.EMULATE) == "on":
+        return torch.device("cpu")
     if not torch.cuda.is_available():
         pytest.skip(NEEDS_CUDA)
     device = pytestconfig.stash[BINDING].device
@@ -207,6 +239,16 @@ def cuda_device(pytestconfig: pytest.Config) -> torch.device:
         pytest.fail(f"bound to {device}, but {torch.cuda.device_count()} GPU(s) are visible")
     torch.cuda.set_device(device)
     return device
+
+
+@pytest.fixture
+def emulated_graphs() -> Iterator[None]:
+    """torch.cuda's graph API emulated on the CPU for the test (``engines.emulation``): graph
+    code written for a GPU runs on CPU tensors with CUDA graphs' semantics."""
+    from pytest_cudagraph.engines.emulation import emulated_graphs as emulated
+
+    with emulated():
+        yield
 
 
 @pytest.fixture
@@ -245,10 +287,10 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     test_report = yield
     if test_report.when == "call":
-        sections = item.stash.get(SECTIONS, [])
-        test_report.sections.extend(sections)
+        report_sections = item.stash.get(SECTIONS, [])
+        test_report.sections.extend(report_sections)
     if item.stash.get(USES_PLUGIN, False):
-        setattr(test_report, results.USES_PLUGIN, True)
+        setattr(test_report, records.USES_PLUGIN, True)
     return test_report
 
 
@@ -267,20 +309,31 @@ class _RecordGatherer:
         self._config.stash[INTERRUPTION] = str(excinfo.value) or excinfo.typename
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        records = results.records_from(report)
-        self._records.extend(records)
-        if any(record.kind == results.PHASE and record.value["uses_plugin"] for record in records):
+        found = records.records_from(report)
+        self._records.extend(found)
+        if any(record.kind == records.PHASE and record.value["uses_plugin"] for record in found):
             self._used_by.append(report.nodeid)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        self._records.extend(results.records_from(report))
+        self._records.extend(records.records_from(report))
 
 
 # The session's start and end
 
 
+def pytest_cudagraph_results_sections(config: pytest.Config) -> list[sections.Section]:
+    """The markers' sections, in the order of ``FEATURES``."""
+    found = (feature.section() for feature in config.stash[FEATURE_OBJECTS])
+    return [section for section in found if section is not None]
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """A results file from an earlier run must not outlive this one, even if it dies."""
+    """The sections the plugins declare, read once, every plugin configured; and a results
+    file from an earlier run must not outlive this one, even if it dies."""
+    try:
+        session.config.stash[DECLARED] = results.declared_sections(session.config)
+    except (TypeError, ValueError) as error:  # another plugin's section, refused before any test
+        raise pytest.UsageError(str(error)) from None
     json_path = settings.snapshot(session.config)[settings.JSON]
     if json_path.value is None or hasattr(session.config, "workerinput"):
         return
@@ -318,11 +371,11 @@ def _write_results(session: pytest.Session, path: Path) -> str:
     written is said there, never raised: the run's own outcome stands)."""
     config = session.config
     end = results.session_end(session.exitstatus, _stopped(session))
-    records = config.stash[RECORDS]
+    recorded = config.stash[RECORDS]
     try:
         document = results.results_document(
             _sections(config),
-            records,
+            recorded,
             results.stack_facts(),
             session=end,
             commit=results.commit_of(config.rootpath),
@@ -346,17 +399,17 @@ def _stopped(session: pytest.Session) -> str | None:
     return None
 
 
-def _sections(config: pytest.Config) -> list[results.Section]:
-    """Every section of the session's results: each test's outcome, the registered ones,
-    then the skips and the stray-context check."""
+def _sections(config: pytest.Config) -> list[sections.Section]:
+    """Every section of the session's results: each test's outcome, the declared ones (read
+    when the session started), then the skips and the stray-context check."""
     mode = settings.snapshot(config).value(settings.STRAY_CONTEXTS)
     checks = config.stash[STRAY_CHECKS]
-    strays = results.Section(
-        results.STRAY_CONTEXTS,
-        lambda records: [dataclasses.asdict(check) for check in checks],
-        lambda data: results.stray_lines(checks, mode),
+    strays = sections.Section(
+        sections.STRAY_CONTEXTS,
+        lambda found: [dataclasses.asdict(check) for check in checks],
+        lambda data: sections.stray_lines(checks, mode),
     )
-    return [results.TESTS, *results.sections_of(config), results.SKIPS, strays]
+    return [sections.TESTS, *config.stash[DECLARED], sections.SKIPS, strays]
 
 
 def _check_stray_contexts(config: pytest.Config) -> devices.StrayCheck:
@@ -376,7 +429,7 @@ class _XdistHooks:
 
     def pytest_configure_node(self, node: Any) -> None:
         """A worker's records must carry this run's token for this controller to read them."""
-        node.workerinput[RUN_TOKEN_INPUT] = results.run_token()
+        node.workerinput[RUN_TOKEN_INPUT] = records.run_token()
 
     def pytest_testnodedown(self, node: object, error: object) -> None:
         check = getattr(node, "workeroutput", {}).get(STRAY_CHECK_OUTPUT)
@@ -392,8 +445,8 @@ def pytest_terminal_summary(
     used_by, stray_checks = config.stash[USED_BY], config.stash[STRAY_CHECKS]
     if not (used_by or stray_checks):
         return
-    records = config.stash[RECORDS]
-    lines = results.summary_lines(_sections(config), records)
+    recorded = config.stash[RECORDS]
+    lines = sections.summary_lines(_sections(config), recorded)
     if lines:
         terminalreporter.write_sep("=", "cudagraph")
         for line in lines:

@@ -2,8 +2,9 @@
 
 It reads the document's fields, never the terminal's text: a header (date, plugin version,
 commit, stack), how the session ended, then each section's data in the document's order, the
-plugin's own sections as lists and tables and any other plugin's section as its JSON. Used by
-``pytest-cudagraph report`` and scripts/gpu_report.py.
+plugin's own sections as lists and tables and any other plugin's section as its JSON. A whole
+report opens with ``MARK``, so that ``pytest-cudagraph report --out`` replaces an earlier
+report and nothing else. Used by ``pytest-cudagraph report`` and scripts/gpu_report.py.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pytest_cudagraph import results
-from pytest_cudagraph.conformance.suite import TABLE
+from pytest_cudagraph import reasons, results, sections, settings
+from pytest_cudagraph.conformance._suite import TABLE
 from pytest_cudagraph.engines.units import GiB
 from pytest_cudagraph.markers.cuda_graph_parity import ParityMarker
 from pytest_cudagraph.markers.graph_memory_bound import MemoryBoundMarker
@@ -24,11 +25,16 @@ from pytest_cudagraph.markers.pinned_stack import PinnedStackMarker
 # Outcomes in the order the counts line gives them (passed, failed, skipped always).
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "rerun", "unfinished")
 NOT_PASSING = ("failed", "error", "unfinished")
+# The first line of every whole report: an HTML comment, which Markdown viewers do not show.
+MARK = (
+    "<!-- pytest-cudagraph report: rendered from a results file; replaced when rendered again -->"
+)
 
 
 def render(document: Mapping[str, Any], title: str = "cudagraph results") -> str:
-    """The whole report: a title, the header, then the body with sections one level down."""
-    lines = [f"# {title}", "", *header_lines(document), "", *body_lines(document, level=2)]
+    """The whole report: ``MARK``, a title, the header, then the body with sections one level
+    down."""
+    lines = [MARK, f"# {title}", "", *header_lines(document), "", *body_lines(document, level=2)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -68,6 +74,8 @@ def body_lines(document: Mapping[str, Any], level: int) -> list[str]:
             continue
         title, section = SECTIONS.get(name, (name, other_section))
         body = section(data)
+        if name == TABLE and ran_without_gpu(document):  # on a GPU, the rows are the account
+            body += ["", *cpu_account(data.get("account"))]
         if body:
             lines += [f"{'#' * level} {title}", "", *body, ""]
     return lines
@@ -88,7 +96,7 @@ def cell(value: object) -> str:
 def reason_item(head: str, reason: str) -> list[str]:
     """A list item: ``head`` and the reason in one line; a reason of several lines follows
     whole, in a block of its own."""
-    item = [f"- {head}: {cell(results.one_line(reason))}"]
+    item = [f"- {head}: {cell(reasons.one_line(reason))}"]
     if not spans_lines(reason):
         return item
     fence = "`" * max(3, 1 + max(map(len, re.findall("`+", reason)), default=0))
@@ -169,10 +177,39 @@ def memory_section(entries: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def pinned_stack_section(data: Mapping[str, Any]) -> list[str]:
+    """What the session pinned, whether the running stack matches it, and so which
+    ``pinned_stack`` tests ran: a marker's own components take the place of the session's."""
     pinned = data.get("pinned") or {}
-    wanted = ", ".join(f"{name}{specifiers}" for name, specifiers in pinned.items()) or "nothing"
-    verdict = "the running stack matches" if data.get("running_matches") else "not running: "
-    return [f"Pinned {wanted}; {verdict}{'; '.join(data.get('mismatches', []))}"]
+    wanted = ", ".join(f"{name}{specifiers}" for name, specifiers in pinned.items())
+    mismatches = "; ".join(data.get("mismatches", []))
+    if not wanted:
+        ways = settings.PINNED_STACK
+        stack = (
+            f"No stack is pinned for the session (ini `{ways.ini}`, `{ways.option}` or "
+            f"`{ways.env}`)"
+        )
+        held = (
+            "so a `pinned_stack` test ran only where its marker pins components itself and the "
+            "running stack matches them; one whose marker pins nothing skipped"
+        )
+    elif data.get("running_matches"):
+        stack = f"The session pins {wanted}, and the running stack matches it"
+        held = (
+            "so `pinned_stack` tests ran, but where a component their marker pins itself does "
+            "not match"
+        )
+    else:
+        stack = f"The session pins {wanted}, and the running stack does not match it ({mismatches})"
+        held = (
+            "so `pinned_stack` tests skipped, but where the components their marker pins "
+            "itself, in place of the session's, make a pin the running stack matches"
+        )
+    if data.get("stack_mode") == "any":
+        held = (
+            f"but the stack mode `any` (`{settings.STACK.option}`) ran every `pinned_stack` "
+            "test whatever the stack"
+        )
+    return [f"{stack}, {held}."]
 
 
 def conformance_section(data: Mapping[str, Any]) -> list[str]:
@@ -182,7 +219,7 @@ def conformance_section(data: Mapping[str, Any]) -> list[str]:
             row["check"],
             row["verdict"],
             f"{row['seconds']:.1f}" if row["seconds"] is not None else "-",
-            "; ".join(text for text in (row["figure"], results.one_line(row["reason"])) if text),
+            "; ".join(text for text in (row["figure"], reasons.one_line(row["reason"])) if text),
         )
         for row in data["rows"]
     ]
@@ -197,6 +234,40 @@ def conformance_section(data: Mapping[str, Any]) -> list[str]:
         for row in long:
             lines += reason_item(f"{row['check']} ({row['verdict']})", row["reason"])
     return lines
+
+
+def ran_without_gpu(document: Mapping[str, Any]) -> bool:
+    """Whether the run saw no GPU (its stack lists none), so that its CUDA checks skipped."""
+    stack = document.get("stack")
+    return stack is not None and not stack["gpus"]
+
+
+def cpu_account(account: Mapping[str, Any] | None) -> list[str]:
+    """What a run without a GPU could not judge (``conformance.account``, the dry run's
+    record): which of the user's code ran, and which checks would still skip on a GPU and for
+    want of what."""
+    lines = [
+        "Without a GPU:",
+        "",
+        "- No graph was captured, replayed or judged: a passing row above says only that its "
+        "check passed without one.",
+    ]
+    if account is None:
+        return [*lines, "- The dry run did not run: none of your code was called."]
+    ran = ", ".join(f"`{name}`" for name in account["ran"])
+    not_run = "" if "graphed" in account["ran"] else "; your graphed side did not run"
+    lines.append(f"- Of your code, {ran} ran (the dry run){not_run}.")
+    gpu_skips = account["gpu_skips"]
+    if not gpu_skips:
+        return [*lines, "- The target made for the CPU gives what every check needs."]
+    lines.append(
+        f"- On a GPU, {len(gpu_skips)} check(s) would still skip unless the factory gives there "
+        "what the target made for the CPU lacks:"
+    )
+    return lines + [
+        f"  - {cell(check)}: needs {', '.join(f'`{need}`' for need in needs)}"
+        for check, needs in gpu_skips.items()
+    ]
 
 
 def skips_section(data: Mapping[str, Any]) -> list[str]:
@@ -219,11 +290,11 @@ def other_section(data: object) -> list[str]:
 
 # Section name -> its heading and its renderer.
 SECTIONS: dict[str | None, tuple[str, Callable[[Any], list[str]]]] = {
-    results.TESTS.name: ("Tests", tests_section),
+    sections.TESTS.name: ("Tests", tests_section),
     ParityMarker.results_key: ("Parity", parity_section),
     MemoryBoundMarker.results_key: ("Memory growth (NVML, this process)", memory_section),
     PinnedStackMarker.results_key: ("Pinned stack", pinned_stack_section),
     TABLE: ("Conformance", conformance_section),
-    results.SKIPS.name: ("Skips by reason (tests that use the plugin)", skips_section),
-    results.STRAY_CONTEXTS: ("Stray CUDA contexts", stray_contexts_section),
+    sections.SKIPS.name: ("Skips by reason (tests that use the plugin)", skips_section),
+    sections.STRAY_CONTEXTS: ("Stray CUDA contexts", stray_contexts_section),
 }

@@ -1,15 +1,12 @@
-"""The one route of the plugin's results: records, sections, the terminal summary and the JSON.
+"""The results document: the session's sections as one JSON file, written and read back.
 
-A test records plain data with ``record(item, kind, value)``: it travels, in an envelope whose
-run token tells it from a user's own ``record_property``, in the report's ``user_properties``
-(xdist carries it to the controller), where ``records_from`` gathers it together with one
-``phase`` record per report (outcome, duration, whole reason, the user's properties as JSON
-holds them). A ``Section`` turns the session's records into data once (``Section.data``); the
-"cudagraph" terminal summary renders that data (``Section.lines``), ``--cudagraph-json``
-writes it under the section's name, over nothing but an earlier results file, and the
-Markdown report (pytest_cudagraph.report_markdown) renders it again from the file, so every
-reader reads fields, never text. The document's shape is ``results.schema.json`` beside this
-module. torch is imported only by ``stack_facts``.
+A plugin adds to the results through this module: ``record(item, kind, value)`` in a test,
+and a ``Section`` returned from the ``pytest_cudagraph_results_sections`` hook
+(pytest_cudagraph.hookspec), which ``declared_sections`` reads once per session. The
+document holds the stack, how the session ended, the commit, then each section's data under
+its name; ``--cudagraph-json`` writes it over nothing but an earlier results file, and the
+Markdown report (pytest_cudagraph.report_markdown) renders it again from the file. Its shape
+is ``results.schema.json`` beside this module. torch is imported only by ``stack_facts``.
 """
 
 from __future__ import annotations
@@ -17,42 +14,45 @@ from __future__ import annotations
 import datetime
 import importlib.resources
 import json
-import math
 import os
 import platform
 import re
 import secrets
 import stat
 import subprocess
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+# The names imported ``as`` themselves are what a plugin uses to record, to read its records
+# back and to word a report, importable from this one module (docs/plugin.md, "Extending the
+# plugin"); each is defined in its own module.
+from pytest_cudagraph import hookspec
 from pytest_cudagraph.engines import devices
-from pytest_cudagraph.engines.devices import DeviceBinding, StrayCheck
+from pytest_cudagraph.engines.devices import DeviceBinding
 from pytest_cudagraph.engines.units import GiB
+from pytest_cudagraph.reasons import failure_reason as failure_reason
+from pytest_cudagraph.reasons import one_line as one_line
+from pytest_cudagraph.reasons import reason_of as reason_of
+from pytest_cudagraph.records import Record as Record
+from pytest_cudagraph.records import envelope as envelope
+from pytest_cudagraph.records import plain, type_name
+from pytest_cudagraph.records import plugin_values as plugin_values
+from pytest_cudagraph.records import record as record
+from pytest_cudagraph.sections import SKIPS, STRAY_CONTEXTS, TESTS
+from pytest_cudagraph.sections import Section as Section
 
-RECORD_PREFIX = "cudagraph_"
-ENVELOPE = "pytest_cudagraph"  # the key of a recorded value in its envelope
-TOKEN = "run"  # the key of the run token in an envelope
-# How deep plain data nests: a user's property past it is cut (``plain``), a record refused.
-MAX_NESTING = 64
-PLAIN_DATA = "dicts with string keys, lists, tuples, strings, numbers, bools and None"
-NOT_JSON = "not JSON: "  # how the description of a value JSON cannot hold opens
 JSON_FORMAT = 2
 SCHEMA_FILE = "results.schema.json"
-PHASE = "phase"  # the kind of the record every report gives (not recordable by hand)
-# The document's own keys, and the sections plugin.py always adds last: names no other
-# section may take.
+HOOK = hookspec.pytest_cudagraph_results_sections.__name__
+# The document's own keys, before its sections (``results_document``).
 DOCUMENT_KEYS = frozenset(("format", "plugin_version", "date", "commit", "session", "stack"))
-STRAY_CONTEXTS = "stray_contexts"
-# Set on a report of a test that uses the plugin (its markers, fixtures or conformance
-# checks); a plain attribute, so it travels from xdist workers.
-USES_PLUGIN = "cudagraph_uses_plugin"
+# The names no declared section may take: the document's keys and the sections plugin.py
+# always adds around the declared ones.
+KEPT_NAMES = DOCUMENT_KEYS | {TESTS.name, SKIPS.name, STRAY_CONTEXTS}
 GIT_SECONDS = 10
 # Every results file this plugin writes, of any format, opens with these keys in this order:
 # how an earlier results file is told from a file of the user's at the same path.
@@ -61,6 +61,9 @@ OPENING = re.compile(
 )
 OPENING_BYTES = 512  # read to tell a results file by its opening: far more than it needs
 REPLACED = "only the results file of an earlier run is ever replaced"
+
+
+# The running stack
 
 
 @dataclass(frozen=True)
@@ -107,363 +110,40 @@ def header_lines(facts: StackFacts, binding: DeviceBinding) -> list[str]:
     return lines
 
 
-# Records
-
-
-@dataclass(frozen=True)
-class Record:
-    """One piece of plain data a test recorded (``kind`` names the section that reads it)."""
-
-    kind: str
-    nodeid: str
-    value: Any  # JSON-shaped, as it came through the report; its kind's section knows the shape
-
-
-# This process's run token: every envelope carries it, so that a value a user gives
-# record_property in the envelope's shape is never read as the plugin's. An xdist worker takes
-# its controller's (``join_run``), so that the controller reads the workers' envelopes.
-_run = {"token": secrets.token_hex(16)}
-
-
-def run_token() -> str:
-    """The token the envelopes of this run carry (an xdist controller hands it to workers)."""
-    return _run["token"]
-
-
-def join_run(token: str) -> None:
-    """Carry ``token``, the controller's, in this xdist worker's envelopes."""
-    if not isinstance(token, str) or not token:
-        raise TypeError(f"a run token is a non-empty string, got {token!r}")
-    _run["token"] = token
-
-
-def envelope(kind: str, value: object) -> tuple[str, dict[str, object]]:
-    """The ``user_properties`` entry that carries a record (what ``record`` appends)."""
-    if not isinstance(kind, str):
-        raise TypeError(f"a record's kind must be a string, got {kind!r}")
-    if not kind or kind == PHASE:
-        raise ValueError(f"a record's kind must be a non-empty name other than {PHASE!r}")
-    return (RECORD_PREFIX + kind, {ENVELOPE: value, TOKEN: run_token()})
-
-
-def record(item: pytest.Item, kind: str, value: object) -> None:
-    """Record ``value`` for the sections: plain data (JSON's types, ``check_plain``), as it
-    may travel from an xdist worker and goes into the results file."""
-    check_plain(value, f"record {kind!r}")
-    item.user_properties.append(envelope(kind, value))
-
-
-def check_plain(value: object, path: str, ancestors: tuple[int, ...] = ()) -> None:
-    """TypeError naming the part of ``value`` that is not plain data: dicts with string keys,
-    lists and tuples, strings, numbers, bools and None, nested at most ``MAX_NESTING`` deep
-    and holding no container that holds it."""
-    if value is None or isinstance(value, (str, int, float)):
-        return
-    if not isinstance(value, (dict, list, tuple)):
-        raise TypeError(
-            f"{path}: a value of type {_type_name(value)} is not plain data ({PLAIN_DATA})"
-        )
-    if id(value) in ancestors or len(ancestors) == MAX_NESTING:
-        why = "holds itself" if id(value) in ancestors else f"is deeper than {MAX_NESTING} levels"
-        raise TypeError(f"{path}: {why} ({PLAIN_DATA})")
-    items = value.items() if isinstance(value, dict) else enumerate(value)
-    for key, item in items:
-        if isinstance(value, dict) and not isinstance(key, str):
-            raise TypeError(f"{path}: the key {key!r} is not a string ({PLAIN_DATA})")
-        check_plain(item, f"{path}[{key!r}]", (*ancestors, id(value)))
-
-
-def plugin_values(properties: Iterable[object]) -> list[tuple[str, object]]:
-    """(kind, value) of each entry of ``properties`` that ``record`` wrote, in order."""
-    found = []
-    for entry in properties:
-        name, value = _pair(entry)
-        if _is_envelope(name, value):
-            assert isinstance(name, str) and isinstance(value, dict)
-            found.append((name.removeprefix(RECORD_PREFIX), value[ENVELOPE]))
-    return found
-
-
-def foreign_properties(properties: Iterable[object]) -> list[list[object]]:
-    """The user's own properties (``record_property``): every entry ``record`` did not write,
-    as [name, value]; a value of our prefix that is not ours is kept here, never read as ours."""
-    pairs = (_pair(entry) for entry in properties)
-    return [[name, value] for name, value in pairs if not _is_envelope(name, value)]
-
-
-def _pair(entry: object) -> tuple[object, object]:
-    if isinstance(entry, (tuple, list)) and len(entry) == 2:
-        return entry[0], entry[1]
-    return None, entry
-
-
-def _is_envelope(name: object, value: object) -> bool:
-    return (
-        isinstance(name, str)
-        and name.startswith(RECORD_PREFIX)
-        and name != RECORD_PREFIX + PHASE  # never recorded by hand (``envelope`` refuses it)
-        and isinstance(value, dict)
-        and value.keys() == {ENVELOPE, TOKEN}
-        and value[TOKEN] == run_token()
-    )
-
-
-def records_from(report: pytest.TestReport | pytest.CollectReport) -> list[Record]:
-    """The records in one report: what its test recorded (from the call's report, which holds
-    everything recorded up to then), then the report's own ``phase`` record. Collection gives
-    a phase record only where it failed or skipped."""
-    found = []
-    if report.when == "call":
-        found += [Record(kind, report.nodeid, v) for kind, v in plugin_values(_properties(report))]
-    if report.when != "collect" or not report.passed:
-        found.append(Record(PHASE, report.nodeid, phase_of(report)))
-    return found
-
-
-def _properties(report: pytest.TestReport | pytest.CollectReport) -> list[object]:
-    return list(getattr(report, "user_properties", ()))
-
-
-def phase_of(report: pytest.TestReport | pytest.CollectReport) -> dict[str, object]:
-    """One report as plain data: its phase, outcome (as pytest counts it), seconds, whole
-    reason, whether its test uses the plugin (a marker or fixture of it, or a record for it,
-    as each conformance check holds from collection on), and the user's own properties."""
-    recorded = bool(plugin_values(_properties(report)))
-    return {
-        "when": report.when,
-        "outcome": outcome_of(report),
-        "duration": float(getattr(report, "duration", 0.0)),
-        "reason": reason_of(report),
-        "uses_plugin": recorded or bool(getattr(report, USES_PLUGIN, False)),
-        "worker": getattr(report, "worker_id", None),
-        "properties": [
-            [plain(name), plain(value)] for name, value in foreign_properties(_properties(report))
-        ],
-    }
-
-
-def outcome_of(report: pytest.TestReport | pytest.CollectReport) -> str:
-    """passed, failed, skipped, error (a failure outside the call), xfailed, xpassed, or what
-    another plugin names (pytest-rerunfailures' rerun)."""
-    if hasattr(report, "wasxfail"):
-        if report.skipped:
-            return "xfailed"
-        if report.passed:
-            return "xpassed"
-    if report.failed and report.when != "call":
-        return "error"
-    return report.outcome
-
-
-def reason_of(report: pytest.TestReport | pytest.CollectReport) -> str:
-    """Why the report is not a plain pass, whole ("" for a pass): the failure's message, the
-    skip's or the xfail's reason (``one_line`` gives it in one line)."""
-    if hasattr(report, "wasxfail"):
-        return str(report.wasxfail).strip()
-    if report.passed:
-        return ""
-    skip = skip_reason(report)
-    return skip.strip() if skip is not None else failure_reason(report)
-
-
-def skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str | None:
-    """Why a test skipped; None when it did not (or xfailed: an xfail's longrepr is a
-    traceback, a skip's is (path, line, reason))."""
-    if not (report.skipped and isinstance(report.longrepr, tuple)):
-        return None
-    return str(report.longrepr[2]).removeprefix("Skipped: ")
-
-
-def failure_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
-    """What failed, every line of it: the exception's message, else the report's text."""
-    crash = getattr(report.longrepr, "reprcrash", None)
-    return (crash.message if crash is not None else str(report.longrepr or "")).strip()
-
-
-def one_line(reason: str) -> str:
-    """A reason in one line, for a table row or a summary line: its first line, and where that
-    line only introduces what follows ("1 of 2 dry calls failed:"), the first thing it
-    introduces, so that the line names a problem."""
-    lines = [line.strip() for line in reason.splitlines() if line.strip()]
-    if len(lines) > 1 and lines[0].endswith(":"):
-        return f"{lines[0]} {lines[1]}"
-    return lines[0] if lines else ""
-
-
-# Sections
-
-
-@dataclass(frozen=True)
-class Section:
-    """One part of the results: ``data(records)`` gives its plain data, ``lines(data)`` the
-    terminal summary's lines of that data (none when there is nothing to say). ``name`` is its
-    key in the JSON."""
-
-    name: str
-    data: Callable[[Sequence[Record]], object | None]
-    lines: Callable[[Any], list[str]] = lambda data: []  # takes what ``data`` gave
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"a section's name must be a non-empty string, got {self.name!r}")
-        for part in ("data", "lines"):
-            if not callable(getattr(self, part)):
-                raise TypeError(f"section {self.name!r}: {part} must be callable")
-
-    def data_of(self, records: Sequence[Record]) -> object:
-        """``data(records)``; a ValueError naming the section where it raises."""
-        try:
-            return self.data(records)
-        except Exception as error:
-            raise ValueError(
-                f"the {self.name!r} section's data failed: {_failure(error)}"
-            ) from error
-
-    def summary(self, records: Sequence[Record]) -> list[str]:
-        """The section's summary lines; one that fails, or gives anything but a list of
-        strings, says so in a line rather than ending the run's summary."""
-        try:
-            lines = self.lines(self.data(records))
-        except Exception as error:
-            return [f"the {self.name!r} section's summary failed: {_failure(error)}"]
-        if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
-            return [f"the {self.name!r} section's lines must be a list of strings"]
-        return lines
-
-
-SECTIONS = pytest.StashKey[list[Section]]()
-
-
-def add_section(config: pytest.Config, section: Section) -> None:
-    """Add ``section`` to the session's results, after those added before it."""
-    if not isinstance(section, Section):
-        raise TypeError(f"add_section takes a results.Section, got {_type_name(section)}")
-    sections = config.stash.setdefault(SECTIONS, [])
-    if section.name in DOCUMENT_KEYS | {TESTS.name, SKIPS.name, STRAY_CONTEXTS}:
-        raise ValueError(f"{section.name!r} is a name the results document keeps for itself")
-    if any(known.name == section.name for known in sections):
-        raise ValueError(f"a results section named {section.name!r} is already registered")
-    sections.append(section)
-
-
-def sections_of(config: pytest.Config) -> list[Section]:
-    sections: list[Section] = config.stash.get(SECTIONS, [])
-    return list(sections)
-
-
-@dataclass
-class Run:
-    """One run of a test as the ``tests`` section gives it."""
-
-    nodeid: str
-    outcome: str = "unfinished"
-    when: str = "setup"
-    duration: float = 0.0
-    reason: str = ""
-    properties: list[list[object]] = field(default_factory=list)
-
-    def take(self, phase: Mapping[str, Any]) -> None:
-        """Fold in one phase: the first failure stands; a set-up or teardown that passed
-        decides nothing."""
-        self.duration += phase["duration"]
-        self.properties = phase["properties"]
-        if self.outcome in ("failed", "error"):
-            return
-        if phase["outcome"] == "passed" and phase["when"] != "call":
-            return
-        self.outcome, self.when, self.reason = phase["outcome"], phase["when"], phase["reason"]
-
-
-def tests_data(records: Sequence[Record]) -> list[dict[str, object]]:
-    """One entry per run of a test (a test run twice, by --keep-duplicates or a rerun plugin,
-    has two), and one per collection error or skip: nodeid, outcome, the phase that decided
-    it, seconds over its phases, the one-line reason, the user's own properties. A test whose
-    phases stopped short (an interrupted run) is "unfinished"."""
-    runs: list[Run] = []
-    running: dict[tuple[str, object], Run] = {}  # by nodeid and xdist worker
-    for nodeid, phase in phases(records):
-        key = (nodeid, phase["worker"])
-        run = running.get(key)
-        if run is None or phase["when"] in ("setup", "collect"):
-            run = running[key] = Run(nodeid)
-            runs.append(run)
-        run.take(phase)
-    return [asdict(run) for run in runs]
-
-
-def phases(records: Sequence[Record]) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """(nodeid, phase) of each ``phase`` record (see ``phase_of``), in order."""
-    for record in records:
-        if record.kind == PHASE:
-            assert isinstance(record.value, Mapping)
-            yield record.nodeid, record.value
-
-
-def tests_lines(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """A line for each of the user's properties that JSON could not hold whole (``plain``)."""
-    described = [
-        f"  {run['nodeid']}: {name!r}"
-        for run in runs
-        for name, value in run["properties"]
-        if _holds_description(value)
-    ]
-    if not described:
-        return []
-    return ["record_property values JSON cannot hold, kept as descriptions:", *described]
-
-
-def _holds_description(value: object) -> bool:
-    if isinstance(value, str):
-        return value.startswith(NOT_JSON)
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
-    return any(_holds_description(item) for item in items)
-
-
-TESTS = Section("tests", tests_data, tests_lines)
-
-
-def skips_data(records: Sequence[Record]) -> dict[str, object]:
-    """The skips of tests that use the plugin, by reason (a user's other skips are theirs)."""
-    reasons = Counter(
-        str(phase["reason"])
-        for _, phase in phases(records)
-        if phase["outcome"] == "skipped" and phase["uses_plugin"]
-    )
-    return {
-        "total": sum(reasons.values()),
-        "by_reason": [{"reason": reason, "count": n} for reason, n in reasons.most_common()],
-    }
-
-
-def skips_lines(data: object) -> list[str]:
-    assert isinstance(data, Mapping)
-    if not data["total"]:
-        return []
-    return [
-        "skips by reason:",
-        *(f"  {entry['count']} x {one_line(entry['reason'])}" for entry in data["by_reason"]),
-    ]
-
-
-SKIPS = Section("skips", skips_data, skips_lines)
-
-
-def stray_lines(checks: Sequence[StrayCheck], mode: str) -> list[str]:
-    if not checks:
-        return []
-    strays = [f"  {check.process}: {stray}" for check in checks for stray in check.strays]
-    notes = [f"  {check.process}: {check.note}" for check in checks if check.note]
-    if strays:
-        consequence = "fail the run" if mode == "fail" else "reported only"
-        head = f"stray CUDA contexts (on a GPU other than the process's own; {consequence}):"
-    else:
-        head = f"stray CUDA contexts: none ({len(checks)} process(es) checked)"
-    return [head, *strays, *notes]
-
-
-def summary_lines(sections: Sequence[Section], records: Sequence[Record]) -> list[str]:
-    """The "cudagraph" terminal summary: each section's lines, in order."""
-    return [line for section in sections for line in section.summary(records)]
+# The sections plugins declare
+
+
+def declared_sections(config: pytest.Config) -> list[Section]:
+    """Every section the plugins return from ``pytest_cudagraph_results_sections``, in the
+    order the plugins were registered. TypeError naming the first return that is not a list
+    of ``Section``; ValueError naming a section whose name the document keeps for itself or
+    another section took."""
+    declared: list[Section] = []
+    # pluggy calls the plugin registered last first: reversed, the plugins' own order.
+    for returned in reversed(config.hook.pytest_cudagraph_results_sections(config=config)):
+        if not isinstance(returned, list):
+            raise TypeError(
+                f"{HOOK} returned {type_name(returned)}: it returns a list of "
+                "pytest_cudagraph.sections.Section ([] for none)"
+            )
+        for section in returned:
+            if not isinstance(section, Section):
+                raise TypeError(
+                    f"{HOOK} returned a {type_name(section)} in its list: each item is a "
+                    "pytest_cudagraph.sections.Section"
+                )
+            if section.name in KEPT_NAMES:
+                raise ValueError(
+                    f"{HOOK}: {section.name!r} is a name the results document keeps for "
+                    f"itself ({', '.join(sorted(KEPT_NAMES))}): name the section otherwise"
+                )
+            if any(known.name == section.name for known in declared):
+                raise ValueError(
+                    f"{HOOK}: two sections are named {section.name!r}: each section's name "
+                    "is its key in the results, so give each its own"
+                )
+            declared.append(section)
+    return declared
 
 
 # The document
@@ -545,65 +225,6 @@ def results_document(
     return document
 
 
-def plain(value: object, ancestors: tuple[int, ...] = ()) -> object:
-    """``value`` as strict JSON holds it, never raising: a non-finite float becomes its name
-    ("nan", "inf", "-inf"), a tuple a list, a mapping whose keys print alike (``{1: a, "1":
-    b}``) a list of [key, value] pairs, any other object its ``str``. What JSON cannot hold is
-    described, in text opening with ``NOT_JSON``: a container that holds itself or nests
-    deeper than ``MAX_NESTING``, an int too long for JSON's decimal form (kept in hex), an
-    object whose ``str`` raises."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value if _has_decimal_form(value) else f"{NOT_JSON}an int, in hex {value:#x}"
-    if value is None or isinstance(value, (str, bool)):
-        return value
-    if not isinstance(value, (Mapping, list, tuple)):
-        return _text(value)
-    if id(value) in ancestors:
-        return f"{NOT_JSON}a {_type_name(value)} that holds itself"
-    if len(ancestors) == MAX_NESTING:
-        return f"{NOT_JSON}a {_type_name(value)} nested deeper than {MAX_NESTING} levels"
-    inner = (*ancestors, id(value))
-    if not isinstance(value, Mapping):
-        return [plain(item, inner) for item in value]
-    items = [
-        (key if isinstance(key, str) else _text(key), key, item) for key, item in value.items()
-    ]
-    if len({text for text, _, _ in items}) == len(items):
-        return {text: plain(item, inner) for text, _, item in items}
-    return [[plain(key, inner), plain(item, inner)] for _, key, item in items]
-
-
-def _has_decimal_form(number: int) -> bool:
-    try:
-        int.__repr__(number)  # refused past sys.get_int_max_str_digits() (Python 3.11 on)
-    except ValueError:
-        return False
-    return True
-
-
-def _text(value: object) -> str:
-    """``str(value)``, or a description where the user's ``__str__`` raises."""
-    try:
-        return str(value)
-    except Exception as error:  # its error's own text may raise too: named by its type
-        return f"{NOT_JSON}a {_type_name(value)} whose str() raised {_type_name(error)}"
-
-
-def _failure(error: Exception) -> str:
-    return f"{_type_name(error)}: {_text(error)}"
-
-
-def _type_name(value: object) -> str:
-    kind = type(value)
-    return (
-        kind.__qualname__
-        if kind.__module__ == "builtins"
-        else f"{kind.__module__}.{kind.__qualname__}"
-    )
-
-
 def check_replaceable(path: Path) -> None:
     """ValueError naming the rule unless ``path`` is free or holds an earlier results file of
     this plugin, told by its opening (``OPENING``): a file of the user's, a folder, a symlink
@@ -644,15 +265,21 @@ def remove_earlier_results(path: Path) -> None:
 
 
 def write_json(path: Path, document: Mapping[str, object]) -> None:
-    """Write ``document`` to ``path`` atomically, as strict JSON readable by other users (a CI
-    artifact step), where ``check_replaceable`` allows it: a reader never sees half a file,
-    and a failed write leaves no file behind."""
+    """Write ``document`` to ``path`` as strict JSON (``write_atomically``), where
+    ``check_replaceable`` allows it."""
     text = json.dumps(plain(document), indent=2, allow_nan=False) + "\n"
     check_replaceable(path)
+    write_atomically(path, text)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically, readable by other users (a CI artifact step): a
+    reader never sees half a file, and a failed write leaves no file behind. Parent folders
+    are made; a symlink at ``path`` is replaced, not written through."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    # A short name of its own, so that a long results name still has room; mode 0o666 less
+    # A short name of its own, so that a long name at ``path`` still has room; mode 0o666 less
     # the umask, as any new file (mkstemp's 0o600 would hide the file from other users).
-    temporary = path.parent / f".cudagraph-results-{secrets.token_hex(8)}.tmp"
+    temporary = path.parent / f".cudagraph-{secrets.token_hex(8)}.tmp"
     handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
@@ -696,7 +323,8 @@ def check_document(document: Mapping[str, object], path: Path) -> None:
 def schema() -> dict[str, object]:
     """The JSON Schema of a results document (shipped beside this module)."""
     text = importlib.resources.files("pytest_cudagraph").joinpath(SCHEMA_FILE).read_text("utf-8")
-    return json.loads(text)
+    shipped: dict[str, object] = json.loads(text)
+    return shipped
 
 
 # What each JSON Schema type name admits (a bool is no number, as in JSON).
@@ -771,4 +399,4 @@ def _typed(value: object, rule: Mapping[str, Any]) -> bool:
 
 
 def _json_type(value: object) -> str:
-    return next((name for name, admits in JSON_TYPES.items() if admits(value)), _type_name(value))
+    return next((name for name, admits in JSON_TYPES.items() if admits(value)), type_name(value))

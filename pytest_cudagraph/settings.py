@@ -48,6 +48,8 @@ UNITS = {"KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
 # No setting's number has more digits (2**64 has 20): more are refused before being read.
 MAX_DIGITS = 20
 MAX_SHOWN_BITS = 256  # a larger integer is shown by its size in a message, not its digits
+# Runs of each conformance check at most (--cudagraph-repeat): each one is a whole check.
+MAX_REPEAT = 100
 
 
 def check_seed(value: object) -> int:
@@ -99,6 +101,18 @@ def _integer(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     return value
+
+
+def parse_repeat(value: object) -> int:
+    """A number of runs of each conformance check, in [1, MAX_REPEAT], given as an int or as a
+    string of an integer."""
+    repeat = _integer(value, "repeat")
+    if not 1 <= repeat <= MAX_REPEAT:
+        raise ValueError(
+            f"repeat must be a number of runs of each conformance check in [1, {MAX_REPEAT}], "
+            f"got {shown_integer(repeat)}"
+        )
+    return repeat
 
 
 def parse_mib(value: object) -> float:
@@ -285,11 +299,29 @@ JSON: Setting[Path | None] = Setting(
     parse=parse_results_path,
     metavar="PATH",
 )
+EMULATE = Setting(
+    "emulate",
+    "CUDA graphs emulated on the CPU: on (for every test using cuda_device, which is then the "
+    "CPU, and for the conformance suite), off, or auto (the conformance suite's runs without "
+    "CUDA, and tests whose cuda_device is the CPU, run their graphs emulated)",
+    parse=as_text,
+    default="auto",
+    choices=("auto", "on", "off"),
+)
 TARGET: Setting[str | None] = Setting(
     "target",
-    "conformance target: an installed name (python -m pytest_cudagraph.conformance.target lists them) or "
+    "conformance target: an installed name (pytest-cudagraph targets lists them) or "
     "module:factory (default: the one installed target)",
     parse=as_text,
+)
+REPEAT = Setting(
+    "repeat",
+    f"run each conformance check N times in the session (N in [1, {MAX_REPEAT}]); a check whose "
+    "runs disagree, one passing and another failing, is reported flaky in the conformance table",
+    parse=parse_repeat,
+    default="1",
+    ini_type=int | str if TYPED_INI else str,
+    metavar="N",
 )
 
 SETTINGS: tuple[Setting[Any], ...] = (
@@ -301,7 +333,9 @@ SETTINGS: tuple[Setting[Any], ...] = (
     CASE,
     MEMORY_BOUND,
     JSON,
+    EMULATE,
     TARGET,
+    REPEAT,
 )
 
 

@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from twins import twins
+
 ROOT = Path(__file__).resolve().parents[1]
 # The most the whole plan may take on one H200 host: 20 minutes leave a session of half an hour
 # room for a re-run of what fails. Each of its parts (``parts``), with its install, fits in 10
@@ -117,9 +119,8 @@ BENCH_STEPS = (
     (
         "bench",
         "not compile",
-        290,
-        "the baseline run's timed rounds (93 s) and the suite benchmarks of the partial run "
-        "(63 s), with warm-ups, captures, start-up and the KV step's graphs: estimate",
+        299,
+        "the last run",
     ),
     (
         "bench-compile",
@@ -131,6 +132,81 @@ BENCH_STEPS = (
     ),
 )
 BENCH_JSON = {"bench": "benchmarks.json", "bench-compile": "benchmarks-compile.json"}
+# The correct examples, every examples/*_target.py, and reasyn-ref's three targets.
+EXAMPLES = tuple(
+    f"pytest_cudagraph.examples.{path.stem}:make_target"
+    for path in sorted((ROOT / "pytest_cudagraph" / "examples").glob("*_target.py"))
+)
+REASYN_TARGETS = ("reasyn", "reasyn-lean", "reasyn-kv")
+
+
+def _example(name: str) -> str:
+    return f"pytest_cudagraph.examples.{name}_target:make_target"
+
+
+# One suite run on each target as the last run measured it (reports/gpu-h200.md: its
+# conformance step, beside 10 other steps on the H200 host; the hand-written example as
+# foreign:make_target): the conformance steps' plan, and what the stability and emulation steps'
+# runs add up to.
+RUN_S = {
+    "reasyn": 132,
+    "reasyn-kv": 96,
+    "reasyn-lean": 109,
+    _example("bucket_runner"): 22,
+    _example("decode_step"): 48,
+    _example("decode_token"): 46,
+    _example("graphed_layer"): 27,
+    _example("hand_written"): 28,
+    _example("hf_static_cache"): 63,
+    _example("piecewise_runner"): 25,
+    _example("stateful_decoder"): 25,  # estimate: not run on a GPU yet; as small as piecewise
+    "foreign:make_target": 28,
+    "my_graphs:make_target": 22,
+}
+# A suite run on a broken twin of tests/conformance (estimate: a twin is an example or reasyn
+# wrong in one way, and most are the examples': the mean of the last run's conformance steps).
+TWIN_RUN_S = 56
+# The twins the emulation step compares: every factory of tests/conformance/broken_*targets.py.
+TWINS_DIR = "tests/conformance"
+# The project's tests that need CUDA (pytest_cudagraph.skips.needs_cuda gives the marker): the
+# CPU tests are CI's. The suite's own runs on targets are GPU work whole, and run as they are.
+GPU_TESTS = ("-m", "cuda")
+# The conformance steps: (name, target, PYTHONPATH, a module it may need from WHEELS).
+SUITE_STEPS = (
+    ("conformance", "reasyn", None, None),
+    ("conformance-kv", "reasyn-kv", None, None),
+    ("conformance-lean", "reasyn-lean", None, None),
+    ("conformance-decode-step", _example("decode_step"), None, None),
+    ("conformance-decode-token", _example("decode_token"), None, None),
+    ("conformance-graphed-layer", _example("graphed_layer"), None, None),
+    ("conformance-bucket-runner", _example("bucket_runner"), None, None),
+    ("conformance-piecewise-runner", _example("piecewise_runner"), None, None),
+    ("conformance-stateful-decoder", _example("stateful_decoder"), None, None),
+    ("conformance-hf-static-cache", _example("hf_static_cache"), None, "transformers"),
+    ("conformance-foreign", "foreign:make_target", TWINS_DIR, None),
+    ("conformance-quickstart", "my_graphs:make_target", "tests/project/quickstart", None),
+)
+# Stability: the suite on reasyn-ref's targets and the examples (the compiled decode step,
+# decode_token_target, among them), each target's runs side by side. It and emulation run as
+# many suite processes as the H200 host has cores: every core busy.
+STABILITY_TARGETS = (*REASYN_TARGETS, *EXAMPLES)
+STABILITY_RUNS = 5
+STABILITY_JOBS = 16
+EMULATION_JOBS = 16
+# Emulation: the same correct targets and every twin, on the GPU and emulated on the CPU. An
+# emulated run took 5.7 s on average on a 2-core CPU machine (47 runs, 134 s on 2 jobs).
+EMULATION_TARGETS = STABILITY_TARGETS
+EMULATED_RUN_S = 6
+# The worker-processes check runs with graphs off, so emulation cannot change its verdict.
+NOT_WORKER_PROCESSES = ("-k", "not worker_processes")
+
+
+def side_by_side_s(seconds: Sequence[int], jobs: int) -> int:
+    """When the last of runs taking ``seconds`` ends, ``jobs`` at a time in this order."""
+    ends = [0] * jobs
+    for run_s in seconds:
+        heapq.heapreplace(ends, ends[0] + run_s)
+    return max(ends)
 
 
 def _pytest(*args: str) -> tuple[str, ...]:
@@ -145,6 +221,10 @@ def plan(out: Path, gpus: int, knobs: Mapping[str, str]) -> list[Step]:
     """The recipe's steps for a host with ``gpus`` GPUs, given the knobs set (TEST_ARGS,
     SKIP_BENCH, BENCH_COMPARE, BENCH_ARGS)."""
     test_args = tuple(knobs.get("TEST_ARGS", "").split())
+    stability_runs = [RUN_S[t] for t in STABILITY_TARGETS for _ in range(STABILITY_RUNS)]
+    twin_count = len(twins(ROOT / TWINS_DIR))
+    on_gpu = [RUN_S[t] for t in EMULATION_TARGETS] + [TWIN_RUN_S] * twin_count
+    emulation_runs = on_gpu + [EMULATED_RUN_S] * len(on_gpu)
     steps = []
     if knobs.get("SKIP_BENCH") != "1":
         compare: tuple[str, ...] = ()
@@ -175,27 +255,28 @@ def plan(out: Path, gpus: int, knobs: Mapping[str, str]) -> list[Step]:
                 "--ignore=tests/bench",
                 "--ignore=tests/reasyn_ref",
                 "--ignore=tests/conformance",
+                *GPU_TESTS,
                 "-n",
-                "3",
+                "2",
                 *test_args,
             ),
-            170,
-            "estimate: the CPU suite's 290 s on 2 cores, about half of it here, on 3 workers, "
-            "and the plugin's GPU tests",
+            60,
+            "estimate: 45 GPU tests at the 0.7 s a test took on a worker last run (169 s for "
+            "754 tests on 3), on 2 workers; start-up and a compile or two",
         ),
         Step(
             "tests-reasyn-ref",
-            _pytest("tests/reasyn_ref", "-n", "3", *test_args),
-            190,
-            "estimate: a fifth of the CPU suite on 3 workers, and the reference's GPU tests "
-            "(figures, workers, samplers, a compile of the KV step's blocks)",
+            _pytest("tests/reasyn_ref", *GPU_TESTS, "-n", "3", *test_args),
+            90,
+            "estimate: 59 GPU tests at the 1.5 s a test took on a worker last run (353 s for "
+            "690 on 3), on 3 workers; start-up, spawned workers, a compile of the KV blocks",
         ),
         Step(
             "tests-conformance",
-            _pytest("tests/conformance", "-n", "8", "--dist", "worksteal", *test_args),
-            330,
-            "estimate: about 40 suite runs (every broken and correct twin) of 20 to 40 s on 8 "
-            "workers; cut off at 480 s on 4 workers beside 10 other steps in the last run",
+            _pytest("tests/conformance", *GPU_TESTS, "-n", "8", "--dist", "worksteal", *test_args),
+            side_by_side_s([TWIN_RUN_S] * 59, 8),
+            f"estimate: 59 GPU tests, each a suite run on a twin or an example ({TWIN_RUN_S} s), "
+            "on 8 workers",
         ),
         Step(
             "order-reasyn",
@@ -212,82 +293,64 @@ def plan(out: Path, gpus: int, knobs: Mapping[str, str]) -> list[Step]:
                 "-p",
                 "randomly",
             ),
-            180,
-            "estimate: the full suite, then its 28 checks alone, 4 at a time, each a fresh "
-            "process (about 8 s of start and target build)",
+            405,
+            "the last run: 25 of its 29 checks alone in 349 s (cut by its limit), scaled to 29",
             needs_module="pytest_randomly",
         ),
         Step(
-            "conformance",
-            _suite("reasyn"),
-            110,
-            "the last run: checks 127 s beside 10 other steps (31 s alone), and start-up",
-        ),
-        Step(
-            "conformance-kv",
-            _suite("reasyn-kv"),
-            100,
-            "the last run: checks 114 s beside 10 other steps (26 s alone), and start-up",
-        ),
-        Step(
-            "conformance-lean",
-            _suite("reasyn-lean"),
-            80,
-            "the last run: checks 87 s beside 10 other steps (19 s alone), and start-up",
-        ),
-        Step(
-            "conformance-decode-step",
-            _suite("pytest_cudagraph.examples.decode_step_target:make_target"),
-            80,
-            "the last run: checks 66 s beside 10 other steps (its compile in the dry run)",
-        ),
-        Step(
-            "conformance-decode-token",
-            _suite("pytest_cudagraph.examples.decode_token_target:make_target"),
-            80,
-            "estimate: a compiled step like decode-step's, one key, witnessed captures on fresh "
-            "targets (a compile each)",
-        ),
-        Step(
-            "conformance-graphed-layer",
-            _suite("pytest_cudagraph.examples.graphed_layer_target:make_target"),
-            20,
-            "the last run: checks 3 s, and start-up",
-        ),
-        Step(
-            "conformance-bucket-runner",
-            _suite("pytest_cudagraph.examples.bucket_runner_target:make_target"),
-            20,
-            "the last run: checks 2 s, and start-up",
-        ),
-        Step(
-            "conformance-piecewise-runner",
-            _suite("pytest_cudagraph.examples.piecewise_runner_target:make_target"),
-            20,
-            "estimate: a runner of small layers like the bucket runner's",
-        ),
-        Step(
-            "conformance-hf-static-cache",
-            _suite("pytest_cudagraph.examples.hf_static_cache_target:make_target"),
-            90,
-            "estimate: a tiny Llama compiled with reduce-overhead, one key, its compile and the "
-            "fresh targets' compiles",
+            "stability",
+            (
+                "scripts/stability_report.py",
+                "--runs",
+                str(STABILITY_RUNS),
+                "--jobs",
+                str(STABILITY_JOBS),
+                "--out",
+                str(out / "stability"),
+                "--report",
+                str(out / "stability.md"),
+                *STABILITY_TARGETS,
+            ),
+            side_by_side_s(stability_runs, STABILITY_JOBS),
+            f"{STABILITY_RUNS} runs of each of {len(STABILITY_TARGETS)} targets, each as long as "
+            f"its conformance step last run ({sum(stability_runs)} s in all), "
+            f"{STABILITY_JOBS} at a time",
             needs_module="transformers",
         ),
         Step(
-            "conformance-foreign",
-            _suite("foreign:make_target"),
-            20,
-            "the last run: checks 5 s, and start-up",
-            pythonpath="tests/conformance",
+            "emulation",
+            (
+                "scripts/emulation_report.py",
+                "--jobs",
+                str(EMULATION_JOBS),
+                "--out",
+                str(out / "emulation"),
+                "--report",
+                str(out / "emulation.md"),
+                "--twins",
+                TWINS_DIR,
+                *EMULATION_TARGETS,
+                "--",
+                *NOT_WORKER_PROCESSES,
+            ),
+            side_by_side_s(emulation_runs, EMULATION_JOBS),
+            f"{len(EMULATION_TARGETS)} correct targets (as long as their conformance steps last "
+            f"run) and {twin_count} twins ({TWIN_RUN_S} s) on the GPU, and each emulated on the "
+            f"CPU ({EMULATED_RUN_S} s, measured on a CPU machine), {EMULATION_JOBS} at a time",
+            pythonpath=TWINS_DIR,
+            needs_module="transformers",
         ),
-        Step(
-            "conformance-quickstart",
-            _suite("my_graphs:make_target"),
-            20,
-            "the last run: checks 3 s, and start-up",
-            pythonpath="tests/project/quickstart",
-        ),
+        *[
+            Step(
+                name,
+                _suite(target),
+                RUN_S[target],
+                "the last run, beside 10 other steps",
+                pythonpath=path,
+                needs_module=module,
+            )
+            for name, target, path, module in SUITE_STEPS
+        ],
     ]
     if gpus >= 2:  # one xdist worker per GPU
         steps.append(
@@ -358,9 +421,10 @@ def schedule(steps: Sequence[Step], cores: int, jobs: int | None = None) -> list
     return slots
 
 
-def parts(steps: Sequence[Step]) -> list[list[Step]]:
+def parts(steps: Sequence[Step], cores: int, jobs: int | None = None) -> list[list[Step]]:
     """``steps`` in runs that each fit PART_BUDGET_S with an install: the steps that run alone,
-    in order, as many to a part as fit, then the others together."""
+    in order, as many to a part as fit; then the others, slowest first, each into the first
+    part whose schedule it keeps within that (a step longer than it gets a part of its own)."""
     room = PART_BUDGET_S - INSTALL_PLANNED_S
     alone: list[list[Step]] = []
     for step in in_order([step for step in steps if step.alone]):
@@ -368,8 +432,15 @@ def parts(steps: Sequence[Step]) -> list[list[Step]]:
             alone[-1].append(step)
         else:
             alone.append([step])
-    side_by_side = [step for step in steps if not step.alone]
-    return alone + ([side_by_side] if side_by_side else [])
+    shared: list[list[Step]] = []
+    for step in in_order([step for step in steps if not step.alone]):
+        for part in shared:
+            if max(slot.end_s for slot in schedule([*part, step], cores, jobs)) <= room:
+                part.append(step)
+                break
+        else:
+            shared.append([step])
+    return alone + shared
 
 
 def selected(steps: Sequence[Step], names: str) -> list[Step]:
@@ -443,8 +514,10 @@ class Recipe:
             )
         total = offset + max((slot.end_s for slot in slots), default=0)
         print(f"planned total: {total:.0f} s ({total / 60:.1f} min); at most {PLANNED_BUDGET_S} s")
+        if total > PLANNED_BUDGET_S:
+            print(f"over by {total - PLANNED_BUDGET_S:.0f} s: the parts take more than one session")
         print(f"in parts of at most {PART_BUDGET_S} s, each with its install:")
-        for part in parts(steps):
+        for part in parts(steps, self.cores, self.jobs):
             seconds = INSTALL_PLANNED_S + max(
                 s.end_s for s in schedule(part, self.cores, self.jobs)
             )

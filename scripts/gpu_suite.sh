@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The GPU recipe, written once (tox -e gpu and .github/workflows/gpu.yml call it too): the
 # benchmarks with their goals judged, alone on the machine; then side by side within the host's
-# cores, slowest first: the project's tests (GPU tests and every broken and correct twin
-# included), order independence of the suite's checks under pytest-randomly, and the
-# conformance suite against reasyn_ref's three targets, the own-graphs examples and the README's
-# quick start (with two GPUs or more, once more under xdist); then a markdown report. The steps,
-# their planned seconds and the schedule are scripts/gpu_recipe.py's.
+# cores, slowest first: the project's GPU tests (-m cuda: every broken and correct twin
+# included; the CPU tests are CI's), order independence of the suite's checks under
+# pytest-randomly, the stability of its verdicts (five runs of each target side by side), its
+# verdicts on emulated graphs against real ones, and the conformance suite against reasyn_ref's
+# three targets, the own-graphs examples and the README's quick start (with two GPUs or more,
+# once more under xdist); then a markdown report. The steps, their planned seconds, the schedule
+# and the parts are scripts/gpu_recipe.py's.
 #
 #   bash scripts/gpu_suite.sh OUTDIR [label]            e.g. on the device tool: bash scripts/gpu_suite.sh $OUT h200
 #   bash scripts/gpu_suite.sh --dry-run OUTDIR [label]  the plan: each step's command, start and seconds, the total

@@ -29,8 +29,8 @@ from pytest_cudagraph import results
 
 MEMORY_CHECK = "bounded memory"
 MEMORY_TOLERANCE_MIB = 32.0
-# The bounded-memory check's values (record_figure in test_09_bounded_memory.py) the check
-# judges, by their names in the row's ``values``, and how the report names them.
+# The bounded-memory check's values (its Judgement's, in checks/test_09_bounded_memory.py) the
+# check judges, by their names in the row's ``values``, and how the report names them.
 JUDGED_VALUES = {"peak_mib": "peak", "after_reset_mib": "after reset"}
 # Shown too: first use is the warm-up's, order-dependent by design.
 SHOWN_VALUES = {**JUDGED_VALUES, "first_use_mib": "first use"}

@@ -1,6 +1,6 @@
 """Fixtures every test folder shares: no cudagraph settings from the outer environment, a
 pytester whose runs use the CPU for the GPU-bound fixtures, and inner runs that pytest-benchmark
-does not take for xdist workers."""
+does not take for xdist workers; and the ``cuda`` marker on every test taking ``cuda_device``."""
 
 from __future__ import annotations
 
@@ -55,6 +55,15 @@ def device_memory(request):
     marker = request.node.get_closest_marker("fake_memory")
     return FakeProbe(*marker.args, **marker.kwargs)
 """
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by the markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test taking the plugin's ``cuda_device`` skips without CUDA, so it carries the ``cuda``
+    marker as ``needs_cuda`` gives it (the README's quick start cannot say so itself)."""
+    for item in items:
+        if "cuda_device" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cuda)
 
 
 @pytest.fixture(autouse=True)

@@ -1,9 +1,10 @@
 """The conformance suite: checks that CUDA-graph code computes what its eager twin computes and
 behaves under errors, threads, processes and memory pressure.
 
-A target author imports everything from here: ``CudaGraphTarget``, its capabilities (``Cache``,
-``State``, ``Sampling``, ...), ``Tolerance``, the adapters (``compiled``, ``graphed_callables``,
-``hand_written``). Run the suite against the one installed target, one chosen by name, or yours::
+This is the door: what a target author writes, and nothing else (the rooms behind it are
+private). ``CudaGraphTarget``, its capabilities (``Cache``, ``State``, ``Sampling``, ...),
+``Tolerance``, ``Case`` and the adapters (``compiled``, ``graphed_callables``, ``hand_written``).
+Run the suite against the one installed target, one chosen by name, or yours::
 
     pytest --pyargs pytest_cudagraph.conformance
     pytest --pyargs pytest_cudagraph.conformance --cudagraph-target NAME
@@ -14,111 +15,40 @@ Names resolve on first use: the suite's plugin imports this package in every pyt
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-# Public name -> the module that defines it.
-_EXPORTS = {
-    **dict.fromkeys(
-        (
-            "CudaGraphTarget",
-            "TargetOptions",
-            "Case",
-            "Cache",
-            "State",
-            "Sampling",
-            "Guards",
-            "Workers",
-            "Fallbacks",
-            "CaptureClean",
-            "Padding",
-            "Trajectory",
-            "Tolerance",
-            "EXACT",
-            "OWNED",
-            "NEXT_CALL_OF_KEY",
-            "NEXT_CALL",
-            "CONCURRENT",
-            "SERIAL",
-            "SINGLE",
-        ),
-        "pytest_cudagraph.conformance.protocol",
-    ),
-    **dict.fromkeys(("TargetError", "validate_target"), "pytest_cudagraph.conformance.loading"),
-    **dict.fromkeys(
-        ("compiled", "graphed_callables", "hand_written", "InductorSkips"),
-        "pytest_cudagraph.conformance.adapters",
-    ),
-}
-__all__ = [
-    "CONCURRENT",
-    "EXACT",
-    "NEXT_CALL",
-    "NEXT_CALL_OF_KEY",
-    "OWNED",
-    "SERIAL",
-    "SINGLE",
-    "Cache",
-    "CaptureClean",
-    "Case",
-    "CudaGraphTarget",
-    "Fallbacks",
-    "Guards",
-    "InductorSkips",
-    "Padding",
-    "Sampling",
-    "State",
-    "TargetError",
-    "TargetOptions",
-    "Tolerance",
-    "Trajectory",
-    "Workers",
-    "compiled",
-    "graphed_callables",
-    "hand_written",
-    "validate_target",
-]
+from pytest_cudagraph._lazy import lazy_door
 
 if TYPE_CHECKING:
-    from pytest_cudagraph.conformance.adapters import (
-        InductorSkips,
-        compiled,
-        graphed_callables,
-        hand_written,
-    )
-    from pytest_cudagraph.conformance.loading import TargetError, validate_target
-    from pytest_cudagraph.conformance.protocol import (
-        CONCURRENT,
-        EXACT,
-        NEXT_CALL,
-        NEXT_CALL_OF_KEY,
-        OWNED,
-        SERIAL,
-        SINGLE,
-        Cache,
-        CaptureClean,
-        Case,
-        CudaGraphTarget,
-        Fallbacks,
-        Guards,
-        Padding,
-        Sampling,
-        State,
-        TargetOptions,
-        Tolerance,
-        Trajectory,
-        Workers,
-    )
+    from pytest_cudagraph.conformance._adapters import InductorSkips as InductorSkips
+    from pytest_cudagraph.conformance._adapters import compiled as compiled
+    from pytest_cudagraph.conformance._adapters import graphed_callables as graphed_callables
+    from pytest_cudagraph.conformance._adapters import hand_written as hand_written
+    from pytest_cudagraph.conformance._loading import TargetError as TargetError
+    from pytest_cudagraph.conformance._loading import validate_target as validate_target
+    from pytest_cudagraph.conformance._protocol import CONCURRENT as CONCURRENT
+    from pytest_cudagraph.conformance._protocol import EXACT as EXACT
+    from pytest_cudagraph.conformance._protocol import NEXT_CALL as NEXT_CALL
+    from pytest_cudagraph.conformance._protocol import NEXT_CALL_OF_KEY as NEXT_CALL_OF_KEY
+    from pytest_cudagraph.conformance._protocol import OWNED as OWNED
+    from pytest_cudagraph.conformance._protocol import SERIAL as SERIAL
+    from pytest_cudagraph.conformance._protocol import SINGLE as SINGLE
+    from pytest_cudagraph.conformance._protocol import Cache as Cache
+    from pytest_cudagraph.conformance._protocol import CaptureClean as CaptureClean
+    from pytest_cudagraph.conformance._protocol import Case as Case
+    from pytest_cudagraph.conformance._protocol import CudaGraphTarget as CudaGraphTarget
+    from pytest_cudagraph.conformance._protocol import Fallbacks as Fallbacks
+    from pytest_cudagraph.conformance._protocol import Guards as Guards
+    from pytest_cudagraph.conformance._protocol import Inputs as Inputs
+    from pytest_cudagraph.conformance._protocol import OutputLifetime as OutputLifetime
+    from pytest_cudagraph.conformance._protocol import Padding as Padding
+    from pytest_cudagraph.conformance._protocol import Sampling as Sampling
+    from pytest_cudagraph.conformance._protocol import State as State
+    from pytest_cudagraph.conformance._protocol import TargetOptions as TargetOptions
+    from pytest_cudagraph.conformance._protocol import Threads as Threads
+    from pytest_cudagraph.conformance._protocol import Tolerance as Tolerance
+    from pytest_cudagraph.conformance._protocol import Trajectory as Trajectory
+    from pytest_cudagraph.conformance._protocol import Workers as Workers
+    from pytest_cudagraph.conformance._protocol import graphs_on as graphs_on
 
-
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pytest_cudagraph.conformance' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, __all__ = lazy_door(__name__, __file__, globals())

@@ -2,15 +2,16 @@
 
 ``CaptureCounter`` wraps ``capture_begin``, ``capture_end`` and ``replay`` of torch's graph
 class while its scope is open (``engines.graph_api``: every graph goes through them; a stand-in
-class on the CPU).
+class on the CPU). ``call(key, round_number)`` labels and numbers calls made one at a time,
+whatever thread captures or replays for them: each capture knows its call and the calls that
+replayed it (``witnessed``: those that served a later call of their key), each call its graphs.
 
-A key counts as captured again only through captures that were replayed: a graph that is
-never replayed serves no call, like the empty graph torch.compile's cudagraph-tree manager
-captures once to hold its memory pool. A graph captured anew still has to be replayed to
-produce its outputs, so a cache that re-records a key is caught. Calls made one at a time are
-labelled with ``call(key, round_number)``, whatever thread captures for them:
-``keys_captured_again`` then counts the rounds each key was captured in, so that code holding
-several graphs per key (a piecewise runner) captures each key once.
+A key is captured again when its captures fall in more than one round (``keys_captured_again``;
+the graphs of one key captured in one round, several for a piecewise runner, are one capture),
+replayed or not: a cache written ``graphs.setdefault(key, capture())`` captures on every call
+and replays only its first graph. Not counted: an unlabelled capture, and a capture never
+replayed made before any replay under its key, like the empty graph torch.compile's
+cudagraph-tree manager captures on its first (warm-up) call to hold its memory pool.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from pytest_cudagraph.engines.arguments import non_negative_number
 from pytest_cudagraph.engines.graph_api import Method, graph_class_with, patched
+from pytest_cudagraph.engines.graph_recorder import CaptureRecord, GraphRecorder
 
 _METHODS = ("capture_begin", "capture_end", "replay")
 
@@ -35,12 +37,34 @@ class Capture:
     """One completed capture: the key in scope when it began (``CaptureCounter.key``, or
     ``call``'s), the wall time from ``capture_begin`` to the return of ``capture_end`` (which
     instantiates the graph), how often that graph was replayed before it was captured again,
-    and the round of ``call`` it was made in."""
+    the round and the number of the ``call`` it was made in, the numbers of the calls that
+    replayed it, whether a replay under its key came before it began, and what it read, wrote
+    and allocated (``record``, where the counter records: ``graph_recorder.CaptureRecord``)."""
 
     key: Hashable | None
     seconds: float
     replays: int = 0
     round: int | None = None
+    call: int | None = None
+    replayed_in: frozenset[int] = frozenset()
+    follows_replay: bool = False
+    record: CaptureRecord | None = field(default=None, compare=False, repr=False)
+
+    def counts_for_its_key(self) -> bool:
+        """Whether it is a capture of its key: labelled, and replayed or begun after a replay
+        under that key (a graph never replayed before the key served any replay holds a pool,
+        it serves no call)."""
+        return self.key is not None and (self.replays > 0 or self.follows_replay)
+
+
+@dataclass(frozen=True)
+class _Started:
+    began: float
+    key: Hashable | None
+    round: int | None
+    call: int | None
+    follows_replay: bool
+    recorder: GraphRecorder | None = None
 
 
 class CaptureCounter:
@@ -57,19 +81,28 @@ class CaptureCounter:
     """
 
     def __init__(
-        self, graph_class: type | None = None, after_capture: Callable[[], None] | None = None
+        self,
+        graph_class: type | None = None,
+        after_capture: Callable[[], None] | None = None,
+        *,
+        record: bool = False,
     ) -> None:
         self.graph_class = graph_class_with(graph_class, _METHODS)
         self.after_capture = after_capture
+        self.record = record
         self._lock = threading.Lock()
         self._captures: list[Capture] = []
-        self._started: dict[int, tuple[float, Hashable | None, int | None]] = {}
+        self._started: dict[int, _Started] = {}
         # id(graph) -> index of its latest capture in _captures, where its replays count. By
         # id, as not every graph class takes weak references; a capture rebinds a reused id.
         self._latest: dict[int, int] = {}
         self._all_replays = 0
+        self._replayed_keys: set[Hashable] = set()  # keys in scope of some replay so far
         self._keys = threading.local()  # each thread's stack of keys (``key``)
-        self._call: tuple[Hashable, int] | None = None  # (key, round number) of ``call``
+        self._call: tuple[Hashable, int, int] | None = None  # ``call``'s key, round, number
+        self._call_keys: list[Hashable] = []  # each call's key, by its number
+        self._call_replays: Counter[int] = Counter()  # call number -> replays made in it
+        self._call_graphs: dict[int, set[int]] = {}  # call number -> ids of graphs it replayed
         self._patches: ExitStack | None = None
         self._active = False
 
@@ -91,8 +124,8 @@ class CaptureCounter:
 
     @contextmanager
     def key(self, key: Hashable) -> Iterator[None]:
-        """Label the captures that this thread begins inside this block with ``key`` (each
-        thread has its own keys, so a key set in one never labels another's captures)."""
+        """Label the captures and replays that this thread makes inside this block with
+        ``key`` (each thread has its own keys, so a key set in one never labels another's)."""
         hash(key)  # a TypeError here, before any work, names an unhashable key
         stack = self._key_stack()
         stack.append(key)
@@ -102,14 +135,18 @@ class CaptureCounter:
             stack.pop()
 
     @contextmanager
-    def call(self, key: Hashable, round_number: int) -> Iterator[None]:
-        """Label the captures begun inside this block, by any thread that has no key of its
-        own (code may capture on a thread of its own), with ``key`` and ``round_number``: for
-        calls made one at a time."""
+    def call(self, key: Hashable, round_number: int) -> Iterator[int]:
+        """One call, numbered from 0 in the order calls begin (the block gets its number):
+        the captures and replays made inside it, by any thread that has no key of its own
+        (code may capture on a thread of its own), are labelled with ``key``, the captures
+        with ``round_number`` too. For calls made one at a time."""
         hash(key)
-        previous, self._call = self._call, (key, round_number)
+        with self._lock:
+            number = len(self._call_keys)
+            self._call_keys.append(key)
+        previous, self._call = self._call, (key, round_number, number)
         try:
-            yield
+            yield number
         finally:
             self._call = previous
 
@@ -118,6 +155,13 @@ class CaptureCounter:
         if stack is None:
             stack = self._keys.stack = []
         return stack
+
+    def _in_scope(self) -> tuple[Hashable | None, int | None, int | None]:
+        """This thread's key, else the call's key, round and number (None where none)."""
+        stack = self._key_stack()
+        if stack:
+            return stack[-1], None, None
+        return self._call or (None, None, None)
 
     @property
     def captures(self) -> list[Capture]:
@@ -135,6 +179,12 @@ class CaptureCounter:
         with self._lock:
             return self._all_replays
 
+    @property
+    def calls(self) -> int:
+        """How many ``call`` blocks began."""
+        with self._lock:
+            return len(self._call_keys)
+
     def captures_per_key(self) -> dict[Hashable | None, int]:
         return dict(Counter(capture.key for capture in self.captures))
 
@@ -143,22 +193,56 @@ class CaptureCounter:
         return dict(Counter(capture.key for capture in self.captures if capture.replays))
 
     def recaptured_keys(self) -> dict[Hashable, int]:
-        """Labelled keys with more than one replayed capture, with those captures' count."""
-        return {
-            key: count
-            for key, count in self.served_captures_per_key().items()
-            if key is not None and count > 1
-        }
+        """Labelled keys with more than one capture that counts for its key (see
+        ``Capture.counts_for_its_key``: replayed or not, past the key's first replay), with
+        those captures' count."""
+        found = Counter(c.key for c in self.captures if c.counts_for_its_key())
+        return {key: count for key, count in found.items() if count > 1}
 
     def keys_captured_again(self) -> dict[Hashable, int]:
-        """Keys (labelled by ``call``) whose replayed captures fall in more than one round,
-        with how many rounds: the graphs of one key captured in one round, several for code
-        that holds several per key, are one capture of that key."""
+        """Keys (labelled by ``call``) whose captures that count for them
+        (``Capture.counts_for_its_key``) fall in more than one round, with how many rounds:
+        the graphs of one key captured in one round, several for code that holds several per
+        key, are one capture of that key."""
         rounds: dict[Hashable, set[int]] = {}
         for capture in self.captures:
-            if capture.replays and capture.key is not None and capture.round is not None:
+            if capture.counts_for_its_key() and capture.round is not None:
                 rounds.setdefault(capture.key, set()).add(capture.round)
         return {key: len(found) for key, found in rounds.items() if len(found) > 1}
+
+    def witnessed(self, keys: Iterable[Hashable]) -> list[Capture]:
+        """The captures of ``keys`` that served a later call: labelled with one of them and
+        replayed in a call other than the one they were made in. A graph replayed only in the
+        call that captured it proves nothing of the key's graphs: a runner that keeps its
+        real graphs from before the count and captures a throwaway graph in every call would
+        show one per call."""
+        wanted = set(keys)
+        return [
+            capture
+            for capture in self.captures
+            if capture.key in wanted and capture.replayed_in - {capture.call}
+        ]
+
+    def replays_in_call(self, call_number: int) -> int:
+        """How many replays the call numbered ``call_number`` made, of any graph."""
+        with self._lock:
+            return self._call_replays[call_number]
+
+    def graphs_in_call(self, call_number: int) -> int:
+        """How many distinct graphs the call numbered ``call_number`` replayed (graphs
+        captured before the counter was entered too)."""
+        with self._lock:
+            return len(self._call_graphs.get(call_number, ()))
+
+    def most_graphs_per_call(self) -> dict[Hashable, int]:
+        """Each key called: the most distinct graphs one of its calls replayed (0: none did),
+        so that a piecewise runner whose calls replayed 2 graphs and now replay 1 is seen."""
+        with self._lock:
+            most: dict[Hashable, int] = {}
+            for number, key in enumerate(self._call_keys):
+                graphs = len(self._call_graphs.get(number, ()))
+                most[key] = max(most.get(key, 0), graphs)
+            return most
 
     def replays_per_capture(self) -> float:
         """Replays over captures; 0.0 when nothing was captured."""
@@ -178,42 +262,92 @@ class CaptureCounter:
 
         return counted
 
-    def _on_capture_begin(self, original: Method, graph: object, *a, **k) -> object:
-        stack = self._key_stack()
-        key, round_number = (stack[-1], None) if stack else (self._call or (None, None))
-        self._started[id(graph)] = (time.perf_counter(), key, round_number)
+    def _on_capture_begin(
+        self, original: Method, graph: object, *args: object, **kwargs: object
+    ) -> object:
+        key, round_number, call = self._in_scope()
+        with self._lock:
+            follows_replay = key is not None and key in self._replayed_keys
+        began = time.perf_counter()
+        if self.record and liveness_tracked(original, graph):
+            kwargs = {**kwargs, "check_input_liveness": True}
         try:
-            return original(graph, *a, **k)
+            result = original(graph, *args, **kwargs)
         except BaseException:
             self._started.pop(id(graph), None)
             raise
+        recorder = None
+        if self.record and not hasattr(graph, "record"):  # an emulated graph records itself
+            recorder = GraphRecorder(device_type="cuda")
+            recorder.start()
+        self._started[id(graph)] = _Started(
+            began, key, round_number, call, follows_replay, recorder
+        )
+        return result
 
-    def _on_capture_end(self, original: Method, graph: object, *a, **k) -> object:
+    def _on_capture_end(
+        self, original: Method, graph: object, *args: object, **kwargs: object
+    ) -> object:
+        started = self._started.get(id(graph))
+        recorded = started.recorder.stop() if started and started.recorder else None
         try:
-            result = original(graph, *a, **k)
+            result = original(graph, *args, **kwargs)
         except BaseException:
             self._started.pop(id(graph), None)  # a failed capture is not a capture
             raise
         started = self._started.pop(id(graph), None)
         if started is not None:  # began before this counter was entered: not counted
-            began, key, round_number = started
+            capture = Capture(
+                started.key,
+                time.perf_counter() - started.began,
+                round=started.round,
+                call=started.call,
+                follows_replay=started.follows_replay,
+                record=(recorded or getattr(graph, "record", None)) if self.record else None,
+            )
             with self._lock:
                 self._latest[id(graph)] = len(self._captures)
-                seconds = time.perf_counter() - began
-                self._captures.append(Capture(key, seconds, round=round_number))
+                self._captures.append(capture)
             if self.after_capture is not None:
                 self.after_capture()
         return result
 
-    def _on_replay(self, original: Method, graph: object, *a, **k) -> object:
-        result = original(graph, *a, **k)
+    def _on_replay(
+        self, original: Method, graph: object, *args: object, **kwargs: object
+    ) -> object:
+        result = original(graph, *args, **kwargs)
+        key, _, call = self._in_scope()
         with self._lock:
             self._all_replays += 1
+            if key is not None:
+                self._replayed_keys.add(key)
+            if call is not None:
+                self._call_replays[call] += 1
+                self._call_graphs.setdefault(call, set()).add(id(graph))
             index = self._latest.get(id(graph))
             if index is not None:
-                capture = self._captures[index]
-                self._captures[index] = replace(capture, replays=capture.replays + 1)
+                self._captures[index] = _replayed(self._captures[index], call)
         return result
+
+
+def liveness_tracked(capture_begin: Method, graph: object) -> bool:
+    """Whether torch's own check of a capture's inputs can be asked of ``capture_begin``: torch
+    2.13 and later take ``check_input_liveness`` (its replays then raise on a freed input);
+    an emulated graph checks its inputs always."""
+    import inspect
+
+    if hasattr(graph, "record"):
+        return False
+    try:
+        return "check_input_liveness" in inspect.signature(capture_begin).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _replayed(capture: Capture, call: int | None) -> Capture:
+    """``capture`` with one more replay, made in ``call``."""
+    calls = capture.replayed_in if call is None else capture.replayed_in | {call}
+    return replace(capture, replays=capture.replays + 1, replayed_in=calls)
 
 
 def replays_to_repay(capture_seconds: float, eager_seconds: float, graph_seconds: float) -> float:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pytest_cudagraph.engines.units import MiB
 
@@ -39,7 +39,7 @@ def nvml_status() -> NvmlStatus:
     except ImportError as error:
         return NvmlStatus(False, f"cannot import pynvml (nvidia-ml-py): {error}")
     try:
-        pynvml.nvmlInit()
+        cast("Callable[[], None]", pynvml.nvmlInit)()  # nvidia-ml-py leaves it unannotated
         return NvmlStatus(True, _text(pynvml.nvmlSystemGetDriverVersion()))
     except pynvml.NVMLError as error:
         return NvmlStatus(False, str(error))
@@ -49,9 +49,23 @@ def host_gpu_count() -> int | None:
     """GPUs on the host as NVML counts them (no CUDA call, so no context); None without NVML."""
     if not nvml_status().available:
         return None
+    return _nvml_device_count()
+
+
+def _nvml_device_count() -> int:
+    """NVML's count of the host's GPUs (nvidia-ml-py leaves ``nvmlDeviceGetCount``
+    unannotated)."""
     import pynvml
 
-    return int(pynvml.nvmlDeviceGetCount())
+    return int(cast("Callable[[], int]", pynvml.nvmlDeviceGetCount)())
+
+
+def cuda_initialized() -> bool:
+    """Whether this process has started CUDA: ``torch.cuda.is_initialized()``, which torch
+    leaves unannotated."""
+    import torch
+
+    return cast("Callable[[], bool]", torch.cuda.is_initialized)()
 
 
 @dataclass(frozen=True)
@@ -196,8 +210,8 @@ def check_stray_contexts(own_device: torch.device, pid: int, process: str) -> St
 
     own_uuid = _uuid(torch.cuda.get_device_properties(own_device).uuid)
     strays, listed = [], False
-    for index in range(pynvml.nvmlDeviceGetCount()):
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    for index in range(_nvml_device_count()):
+        handle = cast("Callable[[int], object]", pynvml.nvmlDeviceGetHandleByIndex)(index)
         used = process_used_bytes(handle, pid)
         if used is None:
             continue

@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
+
+from pytest_cudagraph.engines.devices import cuda_initialized
 
 if TYPE_CHECKING:
     import torch
@@ -60,7 +62,7 @@ def host_syncs_allowed(device: torch.device) -> Iterator[None]:
     """Lift sync debug mode for the plugin's own work (comparing outputs, the eager side)."""
     import torch
 
-    if device.type != "cuda" or not torch.cuda.is_initialized():
+    if device.type != "cuda" or not cuda_initialized():
         yield
         return
     previous = torch.cuda.get_sync_debug_mode()
@@ -103,14 +105,18 @@ def trial_capture(body: Callable[[], object], device: torch.device) -> TrialCapt
     """
     import torch
 
+    from pytest_cudagraph.engines import emulation
+
     if not callable(body):
         raise TypeError(f"body must be callable, got {body!r}")
     device = torch.device(device)
     if device.type != "cuda":
-        raise ValueError(f"device must be a CUDA device, got {device}")
+        if not emulation.active():
+            raise ValueError(f"device must be a CUDA device, or graphs emulated, got {device}")
+        return _emulated_trial_capture(body)
     index = torch.cuda.current_device() if device.index is None else device.index
     caller = torch.cuda.current_stream(index)
-    side = torch.cuda.Stream(index)
+    side = cast("Callable[[int], torch.cuda.Stream]", torch.cuda.Stream)(index)  # unannotated
     side.wait_stream(caller)
     error = ""
     with torch.random.fork_rng(devices=[index]), torch.cuda.device(index):
@@ -130,6 +136,26 @@ def trial_capture(body: Callable[[], object], device: torch.device) -> TrialCapt
     del graph
     torch.cuda.synchronize(index)
     return TrialCapture(error or ended)
+
+
+def _emulated_trial_capture(body: Callable[[], object]) -> TrialCapture:
+    """``trial_capture`` of emulated graphs on the CPU: nothing to put back but the RNG."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        body()
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(capture_error_mode="thread_local")
+        error = ""
+        try:
+            body()
+        except Exception as raised:
+            error = f"{type(raised).__name__}: {raised}"
+        try:
+            graph.capture_end()
+        except RuntimeError as raised:
+            error = error or f"{type(raised).__name__}: {raised}"
+    return TrialCapture(error)
 
 
 def _end_capture(graph: torch.cuda.CUDAGraph, index: int, pool: tuple[int, int]) -> str:

@@ -67,6 +67,16 @@ def reachable_tensors(root: object, name: str, *, device: torch.device | None = 
     return Reach(walk.found, truncated=len(walk.seen) > MAX_OBJECTS)
 
 
+def reachable_generators(root: object, name: str) -> dict[str, torch.Generator]:
+    """Every ``torch.Generator`` ``root`` holds (a sampler's own), by its first path from
+    ``name``: what code draws random numbers from besides torch's default generators."""
+    import torch
+
+    walk = _Walk(None, kind=torch.Generator)
+    walk.visit(root, name, 0)
+    return walk.found  # type: ignore[return-value]
+
+
 def storages(tensors: Mapping[str, torch.Tensor]) -> dict[str, int]:
     """path -> the address of its tensor's storage (tensors without storage left out)."""
     return {
@@ -116,16 +126,20 @@ class Alive:
 class _Walk:
     """One walk: the tensors found, the objects entered (by id: each once)."""
 
-    def __init__(self, device: torch.device | None) -> None:
+    def __init__(self, device: torch.device | None, kind: type | None = None) -> None:
         self.device = device
+        self.kind = kind  # what it looks for: tensors by default
         self.found: dict[str, torch.Tensor] = {}
         self.seen: set[int] = set()
 
     def visit(self, value: object, path: str, depth: int) -> None:
         import torch
 
+        if self.kind is not None and isinstance(value, self.kind):
+            self.found.setdefault(path, value)  # type: ignore[arg-type]
+            return
         if isinstance(value, torch.Tensor):
-            if self.device is None or value.device == self.device:
+            if self.kind is None and (self.device is None or value.device == self.device):
                 self.found.setdefault(path, value)
             return
         if isinstance(value, _LEAVES) or depth > MAX_DEPTH or id(value) in self.seen:

@@ -9,9 +9,9 @@ that are adjacent in memory but disjoint do not. torch is imported when used.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pytest_cudagraph.engines import trees
 
@@ -101,7 +101,8 @@ class _Earlier:
     held: torch.Tensor | None
 
     def alive(self) -> bool:
-        return self.held is not None or not self.storage.expired()
+        # torch leaves StorageWeakRef unannotated
+        return self.held is not None or not cast("Callable[[], bool]", self.storage.expired)()
 
 
 class EarlierOutputs:
@@ -145,7 +146,8 @@ class EarlierOutputs:
             extent = _storage_extent(tensor)
             if extent is not None:
                 storage = tensor.untyped_storage()
-                entries.append(_Earlier(path, extent, StorageWeakRef(storage), tensor))
+                weak = cast("Callable[[torch.UntypedStorage], StorageWeakRef]", StorageWeakRef)
+                entries.append(_Earlier(path, extent, weak(storage), tensor))
                 sizes[extent] = storage.nbytes()  # views of one storage count once
         self._outputs.append((entries, sum(sizes.values())))
         self.held_bytes += sum(sizes.values())

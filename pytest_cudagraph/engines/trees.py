@@ -1,17 +1,19 @@
 """One walker over nested outputs and inputs: the containers every engine and check looks into.
 
 What counts as a container is decided here once (``node``): mappings, sequences (tuples, named
-tuples, lists), dataclass instances and ``SimpleNamespace``. ``tensors`` yields each tensor with
-its path, ``snapshot`` copies a value so that later in-place writes cannot reach the copy,
-``cloned`` does the same keeping autograd, ``with_tensor`` swaps one tensor for another,
-``compared_elements`` says how much a comparison of the value compares, and ``unsupported``
-names a leaf that cannot be compared. Every walk is bounded first (``check_bounds``): a value
-that holds itself, nests past ``MAX_DEPTH`` or holds more than ``MAX_ENTRIES`` entries is a
-ValueError naming where. torch is imported when used.
+tuples, lists), dataclass instances and namespaces (``SimpleNamespace``, ``argparse.Namespace``).
+``walk`` yields everything in a value with its path, ``tensors`` each tensor, ``snapshot``
+copies a value so that later in-place writes cannot reach the copy, ``cloned`` does the same
+keeping autograd, ``with_tensor`` swaps one tensor for another, ``compared_elements`` says how
+much a comparison of the value compares, and ``unsupported`` names a leaf that cannot be
+compared. Every walk is bounded first (``check_bounds``): a value that holds itself, nests past
+``MAX_DEPTH`` or holds more than ``MAX_ENTRIES`` entries is a ValueError naming where. torch is
+imported when used.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 import enum
@@ -26,7 +28,7 @@ MAPPING, SEQUENCE, ATTRIBUTES = "mapping", "sequence", "attributes"
 # What a value compared by walking may hold besides containers and tensors.
 PLAIN_VALUES = (
     "tensors (strided), numbers, strings, bytes, None, enums, torch dtypes and devices, in "
-    "tuples, lists, dicts, dataclasses and SimpleNamespaces"
+    "tuples, lists, dicts, dataclasses and namespaces"
 )
 _TEXT = (str, bytes, bytearray, memoryview)
 _SCALARS = frozenset((int, float, bool, complex, str, bytes, type(None)))
@@ -69,7 +71,7 @@ def node(value: Any) -> Node | None:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = dataclasses.fields(value)
         return Node(ATTRIBUTES, tuple((field.name, getattr(value, field.name)) for field in fields))
-    if isinstance(value, types.SimpleNamespace):
+    if isinstance(value, (types.SimpleNamespace, argparse.Namespace)):
         return Node(ATTRIBUTES, tuple(vars(value).items()))
     return None
 
@@ -134,6 +136,21 @@ def check_bounds(value: object, path: str = "") -> None:
 
 def _path(parent: str, parent_node: Node | None, key: object) -> str:
     return parent if parent_node is None else child_path(parent, parent_node, key)
+
+
+def walk(value: object, path: str = "") -> Iterator[tuple[str, object]]:
+    """(path, item) for ``value`` itself and each container and leaf in it, a container before
+    what it holds, paths as ``child_path`` names them; bounded first (``check_bounds``)."""
+    check_bounds(value, path)
+    yield from _walk(value, path)
+
+
+def _walk(value: object, path: str) -> Iterator[tuple[str, object]]:
+    yield path, value
+    container = node(value)
+    if container is not None:
+        for key, item in container.items:
+            yield from _walk(item, child_path(path, container, key))
 
 
 def tensors(value: object, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:

@@ -1,12 +1,12 @@
 import torch
 
-from pytest_cudagraph.conformance import Cache, Tolerance, hand_written
+from pytest_cudagraph.conformance import Cache, Tolerance, graphs_on, hand_written
 from pytest_cudagraph.examples import bucket_runner as vllm  # nano-vllm's runner, cut down
 
 
 def make_target(device, runner_class=vllm.BucketRunner):
     model = vllm.make_model(device)
-    runner = runner_class(model, device) if device.type == "cuda" else None  # graphs need CUDA
+    runner = runner_class(model, device) if graphs_on(device) else None  # CUDA, or emulated
 
     def draw(generator, case):  # a real batch inside the bucket, its size from case.repeat
         rows = case.key // 2 + 1 + case.repeat % (case.key - case.key // 2)

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from pytest_cudagraph.conformance import graphs_on
+
 D_MODEL = 64
 WARM_UPS = 3
 
@@ -44,8 +46,8 @@ class EncoderGraphCache:
     on the cache's one side stream) and replayed under one lock, on the encoder's device."""
 
     def __init__(self, encoder: nn.Module, device: torch.device, capacity: int = 3) -> None:
-        if device.type != "cuda":
-            raise ValueError(f"EncoderGraphCache needs a CUDA device, got {device}")
+        if not graphs_on(device):
+            raise ValueError(f"EncoderGraphCache needs CUDA graphs, got {device} without them")
         self.encoder = encoder
         self.device = device
         self.capacity = capacity

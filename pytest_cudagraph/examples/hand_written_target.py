@@ -1,6 +1,6 @@
 import torch
 
-from pytest_cudagraph.conformance import Cache, hand_written
+from pytest_cudagraph.conformance import Cache, graphs_on, hand_written
 from pytest_cudagraph.examples.encoder_cache import EncoderGraphCache, make_encoder  # yours
 
 KEYS = [(batch, seq) for batch in range(1, 9) for seq in (16, 32, 48, 64, 80)]
@@ -20,7 +20,7 @@ def make_target(device, cache_class=EncoderGraphCache):
         draw=draw,
         key_of=lambda inputs: tuple(inputs["x"].shape[:2]),
     )
-    if device.type != "cuda":  # without CUDA: the dry run of eager, the protocol's checks
+    if not graphs_on(device):  # no CUDA, graphs not emulated: the dry run of eager alone
         return hand_written(graphed=None, **common)
     cache = cache_class(encoder, device)
     stages = ("warm_up", "capture", "replay", "copy_out")  # its own methods, to inject faults in

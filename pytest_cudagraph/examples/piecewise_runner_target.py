@@ -1,6 +1,6 @@
 import torch
 
-from pytest_cudagraph.conformance import Cache, hand_written
+from pytest_cudagraph.conformance import Cache, graphs_on, hand_written
 from pytest_cudagraph.examples.piecewise_runner import (
     D_MODEL,
     PiecewiseRunner,
@@ -13,7 +13,7 @@ SHAPES = [(1, 16, D_MODEL), (2, 32, D_MODEL)]  # (batch, tokens, hidden): a key 
 
 def make_target(device):
     layers = make_layers(device)
-    runner = PiecewiseRunner(layers, device) if device.type == "cuda" else None  # graphs need CUDA
+    runner = PiecewiseRunner(layers, device) if graphs_on(device) else None  # CUDA, or emulated
 
     def draw(generator, case):
         return {"hidden": torch.randn(*case.key, generator=generator, device=device)}

@@ -15,12 +15,15 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import pytest
 
 from pytest_cudagraph import settings
 from pytest_cudagraph.results import Record, Section
+
+if TYPE_CHECKING:
+    import torch
 
 SECTIONS = pytest.StashKey[list[tuple[str, str]]]()
 M = TypeVar("M")  # a marker's parsed mark
@@ -98,6 +101,20 @@ class MarkerFeature(Generic[M]):
         if self.results_key is None:
             return None
         return Section(self.results_key, self.section_data, self.section_lines)
+
+
+def emulated_on_the_cpu(request: pytest.FixtureRequest, device: torch.device) -> bool:
+    """Where ``device`` is no CUDA device, torch.cuda's graph API emulated on the CPU for the
+    rest of the test (``engines.emulation``), so that a marker's graph path runs there instead
+    of skipping; whether it is."""
+    if device.type == "cuda":
+        return False
+    from pytest_cudagraph.engines.emulation import emulated_graphs
+
+    scope = emulated_graphs()
+    scope.__enter__()
+    request.addfinalizer(lambda: scope.__exit__(None, None, None))
+    return True
 
 
 def add_report_section(item: pytest.Item, title: str, text: str) -> None:

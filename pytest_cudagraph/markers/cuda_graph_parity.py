@@ -17,7 +17,12 @@ import pytest
 
 from pytest_cudagraph import results, settings
 from pytest_cudagraph.engines.parity import check_toggle
-from pytest_cudagraph.markers import MarkerFeature, add_report_section, body_with_fixtures
+from pytest_cudagraph.markers import (
+    MarkerFeature,
+    add_report_section,
+    body_with_fixtures,
+    emulated_on_the_cpu,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -56,6 +61,12 @@ class ParityMarker(MarkerFeature[ParityMark]):
     results_key = "parity"
     fixtures = ("graph_parity",)
     PARITY_CHECKER = pytest.StashKey["ParityChecker"]()
+
+    def set_up(self, request: pytest.FixtureRequest, mark: ParityMark) -> None:
+        """On a ``cuda_device`` that is the CPU, the test's graphs run emulated (before any
+        other fixture of the test builds them)."""
+        emulated_on_the_cpu(request, request.getfixturevalue("cuda_device"))
+        super().set_up(request, mark)
 
     @pytest.fixture
     def graph_parity(

@@ -4,8 +4,9 @@ The body always runs under torch's sync debug mode "error" (the engine's
 pytest_cudagraph.engines.hostsync.host_syncs_fail). With ``trial_capture=True`` it is then run
 again through a trial capture (pytest_cudagraph.engines.hostsync.trial_capture), which catches the
 syncs the debug mode misses (``torch.cuda.synchronize()``, a non-blocking copy from pageable
-memory) but runs the body twice more, so it is opt-in. Both exist only for CUDA: where
-``cuda_device`` is overridden with the CPU the test skips, saying why.
+memory) but runs the body twice more, so it is opt-in. Where ``cuda_device`` is the CPU the
+trial capture is of emulated graphs (``engines.emulation``), and without it the test skips,
+saying why: the debug mode exists only for CUDA.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_cudagraph.markers import MarkerFeature, body_with_fixtures
+from pytest_cudagraph.markers import MarkerFeature, body_with_fixtures, emulated_on_the_cpu
 
 if TYPE_CHECKING:
     import torch
@@ -45,11 +46,13 @@ class NoHostSyncMarker(MarkerFeature[HostSyncMark]):
 
     def set_up(self, request: pytest.FixtureRequest, mark: HostSyncMark) -> None:
         device = request.getfixturevalue("cuda_device")
-        if device.type != "cuda":
+        if device.type != "cuda" and not mark.trial_capture:
             pytest.skip(
-                f"no_host_sync needs a CUDA device: cuda_device is {device}, where no "
-                "operation waits for a device"
+                f"no_host_sync needs a CUDA device for its sync debug mode: cuda_device is "
+                f"{device}; give trial_capture=True to judge the body in a capture of emulated "
+                "graphs there"
             )
+        emulated_on_the_cpu(request, device)
         request.node.stash[self.DEVICE] = device
 
     @pytest.hookimpl(wrapper=True)
@@ -61,11 +64,14 @@ class NoHostSyncMarker(MarkerFeature[HostSyncMark]):
         from pytest_cudagraph.engines.hostsync import HostSyncError, host_syncs_fail, trial_capture
 
         device = item.stash[self.DEVICE]
-        try:
-            with host_syncs_fail(device):
-                result = yield
-        except HostSyncError as error:  # a failure, shown with torch's error and its line
-            raise pytest.fail.Exception(str(error)) from error.__cause__
+        if device.type != "cuda":  # emulated graphs: the trial capture is the detector
+            result = yield
+        else:
+            try:
+                with host_syncs_fail(device):
+                    result = yield
+            except HostSyncError as error:  # a failure, shown with torch's error and its line
+                raise pytest.fail.Exception(str(error)) from error.__cause__
         if mark.trial_capture:
             trial = trial_capture(body_with_fixtures(item), device)
             if not trial.clean:

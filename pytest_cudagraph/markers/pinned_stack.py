@@ -87,11 +87,13 @@ class PinnedStackMarker(MarkerFeature[dict[str, SpecifierSet]]):
         return [line]
 
     def section_data(self, records: object) -> dict[str, object]:
-        """The session's pinned stack and whether the running stack matches it."""
+        """The session's pinned stack, whether the running stack matches it, and the stack
+        mode (``any`` runs every pinned_stack test whatever the stack)."""
         pinned = self.settings.value(settings.PINNED_STACK)
         found = stack.mismatches(pinned, stack.running_stack())
         return {
             "pinned": {component: str(specifiers) for component, specifiers in pinned.items()},
             "running_matches": not found,
             "mismatches": found,
+            "stack_mode": self.settings.value(settings.STACK),
         }

@@ -21,8 +21,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from pytest_cudagraph.conformance import CaptureClean, CudaGraphTarget, State
-from pytest_cudagraph.conformance.protocol import Inputs
+from pytest_cudagraph.conformance import CaptureClean, CudaGraphTarget, Inputs, State
 
 from ..bucketing import bucket_seq
 from ..config import DecoderConfig

@@ -29,13 +29,13 @@ from pytest_cudagraph.conformance import (
     Case,
     CudaGraphTarget,
     Guards,
+    Inputs,
     Padding,
     Sampling,
     State,
     Trajectory,
     Workers,
 )
-from pytest_cudagraph.conformance.protocol import Inputs
 
 from ..bucketing import bucket_batch, bucket_seq
 from ..capture_cache import CaptureCache
@@ -80,13 +80,12 @@ PADDING_MEMORY = MEMORIES[0]
 TRAJECTORY_CASE = 4
 
 
-def key_for_case(case: int) -> tuple[int, int, int, bool]:
-    """(bucketed batch, bucketed sequence, memory length, shared memory) of a case."""
-    return (
-        BATCHES[case % len(BATCHES)],
-        SEQS[case % len(SEQS)],
-        *MEMORIES[case % len(MEMORIES)],
-    )
+def key_for_case(case: int) -> GraphKey:
+    """The graph cache's own key of a case: its bucketed batch and sequence, memory length
+    (with a padding mask) and whether the memory is shared."""
+    batch, (memory_len, shared) = BATCHES[case % len(BATCHES)], MEMORIES[case % len(MEMORIES)]
+    # One row's memory is never taken for a shared one (the cache keys on its batch stride).
+    return GraphKey(batch, SEQS[case % len(SEQS)], memory_len, True, shared and batch > 1)
 
 
 def make_target(device: torch.device) -> CudaGraphTarget:
@@ -241,11 +240,11 @@ class ReferenceTarget(SeededTarget):
             raise RuntimeError("reasyn_ref's graph cache needs CUDA; this target is on the CPU")
         return self.cache(ar_step(inputs))
 
-    def inputs_at(self, generator: torch.Generator, key: tuple[int, int, int, bool]) -> Inputs:
+    def inputs_at(self, generator: torch.Generator, key: GraphKey) -> Inputs:
         """One sampler step at ``key``: ``rows`` real rows of random lengths (the longest one
         in the key's sequence bucket), random memory with a random padded suffix, one per row
         or one shared by all rows."""
-        return self.step_inputs(generator, key)
+        return self.step_inputs(generator, (key.batch, key.seq, key.memory_len, key.shared_memory))
 
     def padded_inputs(self, generator: torch.Generator, rows: int) -> Inputs:
         """One step of ``rows`` real rows in the smallest batch bucket that holds them."""

@@ -1,12 +1,18 @@
 """What the benchmarks run on: the plan (the keys, steps and targets the report's goals judge,
 imported from scripts/bench_report.py), the workload (reasyn_ref.workloads: the default-config
-decoder and its inputs in the sampler's bucketed layout), the samplers' timed run, interleaved
-pairs of timed calls, and the in-run store the ratios are computed from."""
+decoder and its inputs in the sampler's bucketed layout), the samplers' timed run, runs of the
+conformance suite in fresh processes, interleaved pairs of timed calls, and the in-run store the
+ratios are computed from."""
 
 from __future__ import annotations
 
+import os
 import statistics
-from collections.abc import Callable
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +34,7 @@ __all__ = [
     "SUITE_TARGETS",
     "BenchResults",
     "Paired",
+    "SuiteRun",
     "benchmark_sampling",
     "endless_decoder",
     "forward_inputs",
@@ -36,6 +43,7 @@ __all__ = [
     "make_decoder",
     "make_memory",
     "paired",
+    "run_suite",
     "warm_up",
 ]
 
@@ -44,7 +52,9 @@ __all__ = [
 # after it read slower (docs/benchmarks.md, "Order").
 HOST_BOUND_FIRST = (
     "test_bench_conformance_suite.py",
+    "test_bench_emulation.py",
     "test_bench_plugin_overhead.py",
+    "test_bench_recording.py",
     "test_bench_replay_efficiency.py",
 )
 
@@ -100,6 +110,55 @@ def benchmark_sampling(
     assert tokens == batch * (SAMPLE_MAX_LEN - 1), "a row stopped early: the END rig did not hold"
     benchmark.extra_info.update(info, batch=batch, tokens=tokens)
     return rows
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    """One run of the conformance suite in a fresh process: ``suite_s`` is its time as pytest
+    counts it (the session time in its JUnit report: interpreter start, torch's import and
+    loading the target's module come before it), ``wall_s`` the whole process's."""
+
+    returncode: int
+    output: str
+    suite_s: float
+    wall_s: float
+    passed: int
+    skipped: int
+    failed: int
+
+
+def run_suite(
+    target: str, junit: Path, *options: str, env: Mapping[str, str] | None = None
+) -> SuiteRun:
+    """The suite on ``target`` with ``options``, in a fresh pytest process with ``env`` on top
+    of this one's; AssertionError when it wrote no JUnit report."""
+    # A clean child: not an xdist worker, no options of ours leaking in.
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    command = [
+        sys.executable, "-m", "pytest", "--pyargs", "pytest_cudagraph.conformance",
+        "--cudagraph-target", target, "-p", "no:cacheprovider", "-q", f"--junitxml={junit}",
+        *options,
+    ]  # fmt: skip
+    start = time.perf_counter()
+    finished = subprocess.run(
+        command, env={**child_env, **(env or {})}, capture_output=True, text=True, timeout=600
+    )
+    wall_s = time.perf_counter() - start
+    output = finished.stdout + finished.stderr
+    assert junit.exists(), f"the suite wrote no report:\n{output[-3000:]}"
+    suite = ET.parse(junit).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    counts = {name: int(suite.get(name, 0)) for name in ("tests", "failures", "errors", "skipped")}
+    failed = counts["failures"] + counts["errors"]
+    return SuiteRun(
+        returncode=finished.returncode,
+        output=output,
+        suite_s=float(suite.get("time")),
+        wall_s=wall_s,
+        passed=counts["tests"] - failed - counts["skipped"],
+        skipped=counts["skipped"],
+        failed=failed,
+    )
 
 
 def cuda_ms(call: Callable[[], Any]) -> float:

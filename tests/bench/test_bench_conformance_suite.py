@@ -3,43 +3,23 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import xml.etree.ElementTree as ET
-
 import pytest
-from bench_workloads import SUITE_TARGETS
+from bench_workloads import SUITE_TARGETS, run_suite
 
 from pytest_cudagraph.skips import needs_cuda
 
 pytestmark = needs_cuda
 
 
-def run_suite(target: str, junit: str) -> subprocess.CompletedProcess:
-    # A clean child: not an xdist worker, no options of ours leaking in.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
-    command = [
-        sys.executable, "-m", "pytest", "--pyargs", "pytest_cudagraph.conformance",
-        "--cudagraph-target", target, "-p", "no:cacheprovider", "-q", f"--junitxml={junit}",
-    ]  # fmt: skip
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-
-
 @pytest.mark.parametrize("target", SUITE_TARGETS)
 def test_conformance_suite(target, benchmark, tmp_path):
-    junit = str(tmp_path / "suite.xml")
-    finished = benchmark.pedantic(run_suite, args=(target, junit), rounds=1, iterations=1)
-    assert os.path.exists(junit), f"the suite wrote no report:\n{finished.stdout[-3000:]}"
-    suite = ET.parse(junit).getroot()
-    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    counts = {name: int(suite.get(name, 0)) for name in ("tests", "failures", "errors", "skipped")}
+    run = benchmark.pedantic(run_suite, args=(target, tmp_path / "suite.xml"), rounds=1)
     benchmark.extra_info.update(
         bench="conformance_suite",
         target=target,
-        suite_s=float(suite.get("time")),
-        passed=counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"],
-        skipped=counts["skipped"],
-        failed=counts["failures"] + counts["errors"],
+        suite_s=run.suite_s,
+        passed=run.passed,
+        skipped=run.skipped,
+        failed=run.failed,
     )  # recorded before the verdict, so the report shows a failed suite too
-    assert finished.returncode == 0, f"the suite failed on {target}:\n{finished.stdout[-3000:]}"
+    assert run.returncode == 0, f"the suite failed on {target}:\n{run.output[-3000:]}"

@@ -2,18 +2,20 @@
 
 The GPU benchmarks themselves run on a CUDA host (docs/benchmarks.md); what is checked here is
 what they are made of: every variant the report lays out and judges is a benchmark variant,
-compile comes before the graphs at each key, and the pairing's arithmetic.
+every goal's benchmark records its figure, compile comes before the graphs at each key, and the
+pairing's arithmetic.
 """
 
 from __future__ import annotations
 
 import itertools
 import statistics
+from pathlib import Path
 
 import pytest
 import test_bench_ar_forward as ar_forward
 import test_bench_kv_step as kv_step
-from bench_report import FORWARD_VARIANTS, GOALS, PAIRED_COMPARISONS
+from bench_report import BASELINED, FORWARD_VARIANTS, GOALS, PAIRED_COMPARISONS
 from bench_workloads import PAIRS, PAIRS_BUDGET_S, paired
 
 
@@ -29,6 +31,18 @@ def test_every_variant_the_report_reads_is_benchmarked():
     judged |= {v for g in forward for v in g.every.get("variant", ())}
     assert judged <= benchmarked
     assert {variant for variant, _, _ in PAIRED_COMPARISONS} <= benchmarked
+
+
+def test_every_goals_benchmark_records_its_figure():
+    """Read from the benchmarks' source, which the GPU ones need a CUDA host to run: each bench
+    a goal or the report's baselined table reads is tagged by one file, which names each figure
+    read from it (a median is pytest-benchmark's own)."""
+    sources = {path.name: path.read_text() for path in Path(__file__).parent.glob("test_*.py")}
+    read = [(goal.where["bench"], goal.figure) for goal in GOALS.values()]
+    read += [(bench, name) for bench, names in BASELINED.items() for name in names]
+    for bench, figure in read:
+        [tagged] = [name for name, text in sources.items() if f'bench="{bench}"' in text]
+        assert figure == "median_s" or figure in sources[tagged], (bench, figure)
 
 
 def test_compile_runs_before_any_graph_of_its_key_and_is_marked_slow():

@@ -14,7 +14,14 @@ import dataclasses
 import torch
 from torch import Tensor
 
-from pytest_cudagraph.conformance import Case, CudaGraphTarget, Guards, Tolerance, hand_written
+from pytest_cudagraph.conformance import (
+    Case,
+    CudaGraphTarget,
+    Guards,
+    Tolerance,
+    graphs_on,
+    hand_written,
+)
 from pytest_cudagraph.engines.units import MiB
 from pytest_cudagraph.examples import bucket_runner_target, decode_step_target
 from pytest_cudagraph.examples.bucket_runner import VOCAB, BucketRunner
@@ -121,7 +128,7 @@ def unwritten_shared_state(device: torch.device) -> CudaGraphTarget:
         return {"x": torch.randn(64, generator=generator, device=device)}
 
     graphed = None
-    if device.type == "cuda":
+    if graphs_on(device):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             static_output = state * 2  # reads the state; nothing writes x into it

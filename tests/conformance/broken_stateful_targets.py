@@ -29,7 +29,14 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from pytest_cudagraph.conformance import Cache, Case, CudaGraphTarget, State, hand_written
+from pytest_cudagraph.conformance import (
+    Cache,
+    Case,
+    CudaGraphTarget,
+    State,
+    graphs_on,
+    hand_written,
+)
 from pytest_cudagraph.examples import decode_token_target
 from pytest_cudagraph.examples.decode_model import MAX_SEQ, VOCAB, decode_one_token, make_model
 
@@ -157,7 +164,7 @@ def runner_target(
     """Eager on one model, a ``StepGraph`` on another (None on the CPU without a stand-in),
     each side's model given as its state."""
     eager_model, graphed_model = build(), build()
-    graphs = device.type == "cuda" or graph_class is not None
+    graphs = graphs_on(device) or graph_class is not None
     graph = StepGraph(step_of(graphed_model), graphed_model, graph_class=graph_class, **runner)  # type: ignore[arg-type]
 
     def eager(inputs: dict[str, Tensor]) -> object:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from pytest_cudagraph.conformance import Cache, Case, CudaGraphTarget, hand_written
+from pytest_cudagraph.conformance import Cache, Case, CudaGraphTarget, graphs_on, hand_written
 from pytest_cudagraph.examples import piecewise_runner_target
 from pytest_cudagraph.examples.piecewise_runner import Piece, PiecewiseRunner, make_layers
 
@@ -38,7 +38,7 @@ class Captured:
     as a replay runs the captured kernels on the captured addresses."""
 
     def __init__(self, body: Callable[[], Tensor], device: torch.device) -> None:
-        self.body, self.on_cuda = body, device.type == "cuda"
+        self.body, self.on_cuda = body, graphs_on(device)  # CUDA, or emulated graphs
         if self.on_cuda:
             body()
             self.graph = torch.cuda.CUDAGraph()

@@ -39,9 +39,10 @@ from pytest_cudagraph.conformance import (
     CudaGraphTarget,
     Fallbacks,
     graphed_callables,
+    graphs_on,
     hand_written,
 )
-from pytest_cudagraph.conformance.adapters import Draw
+from pytest_cudagraph.conformance._adapters import Draw
 from pytest_cudagraph.examples import (
     bucket_runner_target,
     graphed_layer_target,
@@ -100,7 +101,7 @@ def caller_tensors_as_static_inputs(device: torch.device) -> CudaGraphTarget:
     return hand_written(
         device=device,
         eager=eager,
-        graphed=graphed if device.type == "cuda" else None,
+        graphed=graphed if graphs_on(device) else None,
         keys=[SHAPE],
         draw=draw_hidden_states(device),
         key_of=shape_of,
@@ -276,7 +277,7 @@ def weights_reloaded_by_assignment(device: torch.device) -> CudaGraphTarget:
         key_of=shape_of,
         output_lifetime=NEXT_CALL_OF_KEY,
     )
-    if device.type != "cuda":
+    if not graphs_on(device):
         return hand_written(graphed=None, cache=Cache(capacity=1), **common)
     layer = ReloadedByAssignment(device)
     return hand_written(

@@ -21,10 +21,18 @@ import torch
 from cpu_checks import CPU, run
 from graph_stand_ins import StandInGraph
 from suite_runner import table_verdicts
+from test_broken_zoo_targets import declared_names, skip_reason
 
-from pytest_cudagraph.conformance import (
-    CudaGraphTarget,
-    State,
+from pytest_cudagraph.conformance import CudaGraphTarget, State, validate_target
+from pytest_cudagraph.conformance._catalog import lacking_reason
+from pytest_cudagraph.conformance._judging import (
+    MOST_FOUND_EPISODE_CALLS,
+    draw,
+    in_step,
+    numbered,
+    state_model,
+)
+from pytest_cudagraph.conformance.checks import (
     test_00_target,
     test_01_parity,
     test_02_no_baked_inputs,
@@ -35,9 +43,7 @@ from pytest_cudagraph.conformance import (
     test_20_stateful,
     test_21_module_state,
     test_24_capture_state,
-    validate_target,
 )
-from pytest_cudagraph.conformance.judging import in_step, state_model
 from pytest_cudagraph.engines.faults import FaultInjector
 from pytest_cudagraph.engines.graph_faults import GraphFaults
 from pytest_cudagraph.engines.parity import ParityChecker, ParityResult
@@ -117,7 +123,10 @@ def test_a_decode_step_over_a_static_kv_cache_passes_every_comparing_check_in_an
     checks = list(COMPARING)
     random.Random(order).shuffle(checks)
     figures = as_the_suite_runs(stand_in("decode_step"), checks)
-    assert figures["parity"][-1] == ("64 cases over 1 keys, exact; state compared after each call")
+    assert figures["parity"][-1] == (
+        "64 cases over 1 keys, exact; state compared after each call; position-addressed or "
+        "pure writes (a repeated call changed nothing)"
+    )
     assert figures["capture does not advance state"] == [
         "case 0 (key (1, 1)): the capturing call left the state of one eager call; its first "
         "replay checked; position-addressed or pure writes (a repeated call changed nothing)"
@@ -144,15 +153,38 @@ def test_the_probe_tells_a_position_addressed_cache_from_an_accumulating_one() -
     )
 
 
+ACCUMULATING = (
+    "accumulating state (a repeated call changed the graphed side's state['position'] at index "
+    "(0,)), judged in episodes of "
+)
+
+
 def test_an_accumulating_step_is_judged_by_episodes_and_passes() -> None:
+    """Its episode found: the eager side called from a reset until a call raises, which none of
+    the longest episode the suite looks for does (the position wraps)."""
     target = stand_in("accumulating_decode")
     figures = as_the_suite_runs(target, [*COMPARING, *EPISODES])
-    assert figures["parity"][-1].endswith("judged by episodes of 8 calls from state.reset"), (
-        figures["parity"]
+    found = (
+        f"{ACCUMULATING}{MOST_FOUND_EPISODE_CALLS} calls from State.reset (no call of "
+        f"{MOST_FOUND_EPISODE_CALLS} after State.reset() raised; give State(episode_calls=...) "
+        "for longer episodes)"
     )
+    for name in ("parity", "side isolation", "state isolation", "state reset"):
+        assert figures[name][-1].endswith(f"; {found}"), figures[name]
     assert figures["capture does not advance state"][0].startswith(
         "case 0 (key (1, 1)): the capturing call left the state of one eager call"
     )
+
+
+def test_an_accumulating_step_is_judged_by_the_episodes_it_declares() -> None:
+    target = stand_in("accumulating_decode")
+    assert target.state is not None
+    declared = replace(target, state=replace(target.state, episode_calls=8))
+    figures = as_the_suite_runs(declared, ["parity", *EPISODES])
+    for name in ("parity", *EPISODES):
+        assert figures[name][-1].endswith(
+            f"; {ACCUMULATING}8 calls from State.reset (declared by State.episode_calls)"
+        ), figures[name]
 
 
 @pytest.mark.parametrize("declared", ["sides", "reset"])
@@ -164,7 +196,11 @@ def test_the_dry_run_repeats_a_call_from_the_state_it_started_in(declared: str) 
     assert target.state is not None and target.state.reset is not None
     if declared == "reset":
         target = replace(target, state=State(reset=target.state.reset))
-    assert run(test_00_target.test_dry_run, target) == ["eager once on each of 1 key"]
+    # draw, key_of, eager, Cache.reset, State.reset and, where given, State.sides
+    callables = 6 if declared == "sides" else 5
+    assert run(test_00_target.test_dry_run, target) == [
+        f"eager once on each of 1 key; {callables} of your callables ran"
+    ]
     undeclared = replace(target, state=None)
     with pytest.raises(pytest.fail.Exception, match=r"is not reproducible under one seed"):
         run(test_00_target.test_dry_run, undeclared)
@@ -175,11 +211,11 @@ def test_the_dry_run_repeats_a_call_from_the_state_it_started_in(declared: str) 
 
 def test_a_stale_position_fails_no_baked_inputs_and_parity_names_the_cache_element() -> None:
     target = stand_in("stale_position")
-    with pytest.raises(AssertionError, match=r"input_pos changed: output at index"):
+    with pytest.raises(pytest.fail.Exception, match=r"input_pos changed: output at index"):
         COMPARING["no baked inputs"](target)
     assert target.cache is not None and target.cache.reset is not None
     target.cache.reset()
-    with pytest.raises(AssertionError) as failure:
+    with pytest.raises(pytest.fail.Exception) as failure:
         run(test_01_parity.test_parity, target, graph_parity=ParityChecker(CPU))
     message = str(failure.value)
     assert (
@@ -191,14 +227,14 @@ def test_a_stale_position_fails_no_baked_inputs_and_parity_names_the_cache_eleme
 
 def test_capture_advancing_the_cache_fails_naming_how_many_times_the_step_ran() -> None:
     target = stand_in("capture_advancing_cache")
-    with pytest.raises(AssertionError) as failure:
+    with pytest.raises(pytest.fail.Exception) as failure:
         COMPARING["capture does not advance state"](target)
     assert (
         "case 0 (key (1, 1)): the call that captured its graph left the state of 4 eager calls "
         "on its inputs: the step ran 4 times, 3 more than it was called (warm-ups or the "
         "capture ran it on the live state)"
     ) in str(failure.value)
-    with pytest.raises(AssertionError) as failure:
+    with pytest.raises(pytest.fail.Exception) as failure:
         COMPARING["module state"](target)
     found = re.search(
         r"case 0 \(key \(1, 1\)\), building its graph \(warm-ups, capture, replay\): "
@@ -213,9 +249,25 @@ def test_capture_does_not_advance_state_needs_a_capture_and_state_sides() -> Non
     target.graphed(
         {"x": torch.zeros(1, 1, dtype=torch.long), "input_pos": torch.zeros(1, dtype=torch.long)}
     )
-    no_reset = replace(target, cache=None)  # its one key captured already, and no factory
-    with pytest.raises(pytest.fail.Exception, match=r"not exercised: no graphed call on up to 4"):
+    no_reset = replace(target, cache=None)  # its one key captured already
+    with pytest.raises(
+        pytest.skip.Exception,
+        match=r"^no call of the session's target captured a graph \(code that captures at "
+        r"start-up\?\) and no factory is given to build a fresh one",
+    ):
         COMPARING["capture does not advance state"](no_reset)
+    # A factory whose targets capture neither when built nor when called: nothing judged.
+    with pytest.raises(pytest.fail.Exception) as failure:
+        run(
+            test_24_capture_state.test_capture_does_not_advance_state,
+            no_reset,
+            target_factory=lambda: no_reset,
+        )
+    assert str(failure.value) == (
+        "not exercised: no graphed call on up to 4 keys captured a graph, nor did building a "
+        "target (tried: the session's target, a fresh target from the factory, built and "
+        "called): what a capture does to the state cannot be judged"
+    )
     # A fresh target from the factory captures on its first call.
     fresh = run(
         test_24_capture_state.test_capture_does_not_advance_state,
@@ -224,8 +276,9 @@ def test_capture_does_not_advance_state_needs_a_capture_and_state_sides() -> Non
     )
     assert "the capturing call left the state of one eager call" in fresh[0]
     without_state = replace(target, state=None)
-    with pytest.raises(pytest.skip.Exception, match=r"does not give state"):
-        COMPARING["capture does not advance state"](without_state)
+    assert skip_reason(
+        test_24_capture_state.test_capture_does_not_advance_state, without_state
+    ) == lacking_reason(["state.sides"])
 
 
 @pytest.mark.parametrize(
@@ -235,7 +288,10 @@ def test_capture_does_not_advance_state_needs_a_capture_and_state_sides() -> Non
 def test_each_twin_keeps_the_protocol_on_the_cpu(factory: str) -> None:
     target = getattr(broken_stateful_targets, factory)(CPU)
     validate_target(factory, target, CPU)
-    target.eager(target.make_inputs(torch.Generator().manual_seed(0), 0))
+    case = numbered(target, 0)
+    inputs = draw(target, case, seed=0)
+    assert target.key_of(inputs) == case.key
+    target.eager(inputs)
     assert target.state is not None and target.state.sides is not None
 
 
@@ -309,6 +365,13 @@ BROKEN = {
     ),
 }
 RIGHT = ("decode_step", "accumulating_decode")
+
+
+def test_the_gpu_verdicts_name_declared_checks() -> None:
+    named = {*COMPARING, *EPISODES, *REPLAYING}
+    for intended, may_fail in BROKEN.values():
+        named |= {intended, *may_fail}
+    assert named <= declared_names(), named - declared_names()
 
 
 def failed(result: pytest.RunResult) -> set[str]:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from suite_runner import table_verdicts
+from test_broken_zoo_targets import declared_names
 
 from pytest_cudagraph.skips import needs_cuda
 
@@ -48,6 +49,11 @@ BROKEN = {
     "wrong_device": ("device binding", {"device binding"}),
 }
 TWO_GPUS = {"wrong_device"}
+
+
+def test_the_expected_verdicts_name_declared_checks() -> None:
+    named = set().union(*(must_fail for _, must_fail in BROKEN.values()))
+    assert named <= declared_names(), named - declared_names()
 
 
 @needs_cuda

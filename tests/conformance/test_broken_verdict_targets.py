@@ -18,9 +18,11 @@ from collections.abc import Callable
 import pytest
 import torch
 from suite_runner import table_verdicts
+from test_broken_zoo_targets import declared_names
 
-from pytest_cudagraph.conformance.loading import build_target
-from pytest_cudagraph.conformance.suite import forget_last_failure
+from pytest_cudagraph.conformance._judging import draw, numbered
+from pytest_cudagraph.conformance._loading import build_target
+from pytest_cudagraph.conformance._suite import forget_last_failure
 from pytest_cudagraph.skips import needs_cuda
 
 # Each test runs the suite on a broken target (the README's test command leaves it out).
@@ -64,17 +66,27 @@ def test_forgetting_the_last_failure_lets_what_its_frames_held_go() -> None:
 @pytest.mark.parametrize("factory", FACTORIES)
 def test_each_broken_target_keeps_the_protocol_on_the_cpu(factory: str) -> None:
     target = build_target(f"broken_verdict_targets:{factory}", torch.device("cpu"))
-    inputs = target.make_inputs(torch.Generator().manual_seed(0), 1)
-    assert target.key_of(inputs) == target.key_of(target.make_inputs(torch.Generator(), 1))
+    case = numbered(target, 1)
+    inputs = draw(target, case, seed=0)
+    assert target.key_of(inputs) == target.key_of(draw(target, case, seed=1)) == case.key
 
 
 def test_the_raising_sampler_samples_as_the_reference_with_graphs_off() -> None:
     broken = build_target("broken_verdict_targets:raising_sampler", torch.device("cpu"))
     reference = build_target("reasyn", torch.device("cpu"))
-    assert broken.sampler(0, False) == reference.sampler(0, False)
+    assert broken.sampling is not None and reference.sampling is not None
+    assert broken.sampling.sample(0, False) == reference.sampling.sample(0, False)
 
 
 # GPU
+
+
+# The checks whose verdicts the GPU tests read, by their rows' names.
+NAMED = {"output storage", "parity", "captures", "concurrency", "identical sampling"}
+
+
+def test_the_gpu_verdicts_name_declared_checks() -> None:
+    assert NAMED <= declared_names(), NAMED - declared_names()
 
 
 def failed(result: pytest.RunResult) -> set[str]:

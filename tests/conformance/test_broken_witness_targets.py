@@ -18,19 +18,19 @@ import torch
 from cpu_checks import CPU, run
 from graph_stand_ins import StandInGraph
 from suite_runner import table_verdicts
-from test_broken_zoo_targets import reported
+from test_broken_zoo_targets import declared_names, reported
 
-from pytest_cudagraph.conformance import (
-    CudaGraphTarget,
-    conftest,
-    suite,
+from pytest_cudagraph.conformance import CudaGraphTarget, _suite, conftest
+from pytest_cudagraph.conformance._judging import case_of, draw
+from pytest_cudagraph.conformance._witness import graphs_per_call
+from pytest_cudagraph.conformance.checks import (
     test_14_captures,
     test_16_inputs_unchanged,
     test_19_graphs_used,
     test_22_rebound_tensors,
 )
-from pytest_cudagraph.conformance.witness import runs_its_graphs
 from pytest_cudagraph.engines.graph_faults import GraphFaults
+from pytest_cudagraph.examples.piecewise_runner import make_layers
 from pytest_cudagraph.skips import needs_cuda
 
 inputs_unchanged = test_16_inputs_unchanged.test_inputs_unchanged
@@ -39,9 +39,10 @@ rebound_tensors = test_22_rebound_tensors.test_no_rebound_tensors
 
 def called_on_every_key(target: CudaGraphTarget) -> CudaGraphTarget:
     """``target`` after an earlier check's calls: every key captured already."""
-    for case in range(target.num_keys):
-        assert target.graphed is not None
-        target.graphed(target.make_inputs(torch.Generator().manual_seed(case), case))
+    assert target.graphed is not None
+    for key in target.keys:
+        case = case_of(target, key)
+        target.graphed(draw(target, case, seed=case.number))
     return target
 
 
@@ -49,7 +50,7 @@ def called_on_every_key(target: CudaGraphTarget) -> CudaGraphTarget:
 
 
 def test_a_runner_keeping_the_capturing_calls_inputs_fails_as_the_first_check() -> None:
-    with pytest.raises(AssertionError) as failure:
+    with pytest.raises(pytest.fail.Exception) as failure:
         run(inputs_unchanged, twins.caller_tensors_kept(CPU))
     lines = reported(failure)
     assert lines[0] == "graphed calls left the caller's inputs other than eager leaves them:"
@@ -60,7 +61,7 @@ def test_a_runner_keeping_the_capturing_calls_inputs_fails_as_the_first_check() 
 def test_it_fails_when_an_earlier_check_captured_its_graphs() -> None:
     """No reset and every key held: the check gets a capture on a fresh target."""
     captured_before = called_on_every_key(twins.caller_tensors_kept(CPU))
-    with pytest.raises(AssertionError, match=r"input 'x' of call 0 .* seen after call 2"):
+    with pytest.raises(pytest.fail.Exception, match=r"input 'x' of call 0 .* seen after call 2"):
         run(
             inputs_unchanged,
             captured_before,
@@ -73,8 +74,9 @@ def test_without_a_capture_to_be_had_it_is_not_exercised_and_does_not_pass() -> 
     with pytest.raises(pytest.fail.Exception) as failure:
         run(inputs_unchanged, captured_before)
     assert str(failure.value) == (
-        "not exercised: every graph this check called was captured before it, and no capture "
-        "could be had here (tried: a fresh target (no factory given)); a verdict on graphs "
+        "not exercised: no capture of a key this check called served a later call of it (every "
+        "graph it called was captured before it, or captured and never replayed again), and "
+        "none could be had here (tried: a fresh target (no factory given)); a verdict on graphs "
         "captured elsewhere would say nothing of what a capture does"
     )
 
@@ -97,16 +99,18 @@ def test_clones_no_graph_reads_may_be_replaced_at_will() -> None:
         rebound_tensors, captured_at_start, target_factory=lambda: twins.unread_recordings(CPU)
     )
     assert figure == (
-        "6 calls over 2 keys, 6 without a capture: 10 tensors held, 5 of them alive at a "
-        "capture; 2 capture(s) on a fresh target from the factory"
+        "6 calls over 2 keys: no read recorded at capture, so the graphed side walked: 30 tensors judged "
+        "over the calls; 2 capture(s) of its keys on a fresh target from the factory"
     )
 
 
 @pytest.mark.parametrize("route", list(twins.ROUTES))
 def test_a_static_buffer_rebound_fails_wherever_the_cache_keeps_it(route: str) -> None:
     (figure,) = run(rebound_tensors, twins.rebinding_through(route, CPU, rebind=False))
-    assert figure.startswith("6 calls over 2 keys, 4 without a capture: 8 tensors held, 8 of")
-    with pytest.raises(AssertionError) as failure:
+    assert figure.startswith(
+        "6 calls over 2 keys: no read recorded at capture, so the graphed side walked: 32"
+    )
+    with pytest.raises(pytest.fail.Exception) as failure:
         run(rebound_tensors, twins.rebinding_through(route, CPU))
     lines = reported(failure)
     assert len(lines) == 1 + 2  # each key's buffer, replaced on its first replay
@@ -119,7 +123,7 @@ def test_a_static_buffer_rebound_fails_wherever_the_cache_keeps_it(route: str) -
 def test_a_piecewise_runner_captures_each_key_once_with_a_graph_per_layer() -> None:
     (figure,) = run(test_14_captures.test_captures, twins.piecewise(CPU))
     assert figure.startswith("4 rounds over 2 keys: 6 captures, 7.0 replays per capture;")
-    assert figure.endswith("; 6 capture(s) in this check")
+    assert figure.endswith("; 6 capture(s) of its keys in this check")
 
 
 # A permanent fallback
@@ -127,16 +131,24 @@ def test_a_piecewise_runner_captures_each_key_once_with_a_graph_per_layer() -> N
 
 def test_a_target_that_drops_its_graphs_after_a_fault_is_seen_to() -> None:
     target = twins.falls_back_for_good(CPU)
-    assert runs_its_graphs(target, StandInGraph) is True
+    assert graphs_per_call(target, StandInGraph) == 1
     run(test_19_graphs_used.test_graphs_used, target)
     with (
         GraphFaults(StandInGraph).inject("replay", RuntimeError("a fault")),
         pytest.raises(RuntimeError, match="a fault"),
     ):
         run(test_19_graphs_used.test_graphs_used, target)
-    assert runs_its_graphs(target, StandInGraph) is False
-    with pytest.raises(AssertionError, match=r"4 of 4 calls of cached keys ran without a graph"):
+    assert graphs_per_call(target, StandInGraph) == 0
+    with pytest.raises(
+        pytest.fail.Exception, match=r"4 of 4 calls of cached keys ran without their graphs"
+    ):
         run(test_19_graphs_used.test_graphs_used, target)
+
+
+def test_a_piecewise_runner_replays_a_graph_per_layer_in_each_call() -> None:
+    """How many graphs a call replays is what the suite watches after a check that may break
+    the target: one piece falling back for good shows as fewer."""
+    assert graphs_per_call(twins.piecewise(CPU), StandInGraph) == len(make_layers(CPU))
 
 
 # GPU: the same verdicts through the suite
@@ -156,15 +168,22 @@ def test_inputs_unchanged_fails_the_kept_inputs_whatever_ran_before(
     assert "inputs unchanged" in failed(result), result.stdout.str()
 
 
+# (spec, the check it passes, -k selecting that check's function)
+CORRECT_TWINS = [
+    ("broken_witness_targets:unread_recordings", "no rebound tensors", "rebound_tensors"),
+    ("broken_witness_targets:piecewise", "captures", "captures"),
+    ("pytest_cudagraph.examples.piecewise_runner_target:make_target", "captures", "captures"),
+]
+# The checks whose verdicts the GPU tests read, by their rows' names.
+NAMED = {"inputs unchanged", "lock safety", *(check for _, check, _ in CORRECT_TWINS)}
+
+
+def test_the_gpu_verdicts_name_declared_checks() -> None:
+    assert NAMED <= declared_names(), NAMED - declared_names()
+
+
 @needs_cuda
-@pytest.mark.parametrize(
-    ("spec", "check", "k"),
-    [
-        ("broken_witness_targets:unread_recordings", "no rebound tensors", "rebound_tensors"),
-        ("broken_witness_targets:piecewise", "captures", "captures"),
-        ("pytest_cudagraph.examples.piecewise_runner_target:make_target", "captures", "captures"),
-    ],
-)
+@pytest.mark.parametrize(("spec", "check", "k"), CORRECT_TWINS)
 def test_the_correct_twins_pass_their_check(
     run_suite: Callable[..., pytest.RunResult], spec: str, check: str, k: str
 ) -> None:
@@ -195,12 +214,12 @@ def test_a_permanent_fallback_is_reported_naming_the_check_and_the_target_rebuil
         conftest.fail_permanent_fallback(config, "lock safety", broken)
     assert str(failure.value) == (
         "after lock safety, the target runs without its graphs for good: its calls replay "
-        "none, where they did before this check (a permanent fallback to eager, as code that "
+        "fewer graphs than they did before this check (a fall back to eager, as code that "
         "drops its graphs after an error makes); the checks after this one run on a target "
         "rebuilt from the factory"
     )
-    rebuilt = config.stash[suite.REBUILT]
-    assert rebuilt is not broken and runs_its_graphs(rebuilt, StandInGraph) is True
+    rebuilt = config.stash[_suite.REBUILT]
+    assert rebuilt is not broken and graphs_per_call(rebuilt, StandInGraph) == 1
 
 
 def test_a_target_that_cannot_be_rebuilt_is_reported_so(pytester: pytest.Pytester) -> None:
@@ -215,4 +234,4 @@ def test_a_target_that_cannot_be_rebuilt_is_reported_so(pytester: pytest.Pyteste
         "it could not be rebuilt (conformance target 'unbuildable:make_target': the factory "
         "raised RuntimeError: no GPU left), so the checks after this one judge it so"
     )
-    assert suite.REBUILT not in config.stash
+    assert _suite.REBUILT not in config.stash

@@ -1,9 +1,11 @@
 """Each check's verdict, on the CPU: the check called as a function on a twin broken its way (with
 stand-in graphs where it counts captures) fails, and on a correct target passes, so that a
 check whose verdict assertion were turned off fails a test here, not only a GPU run: no baked
-inputs, identical sampling, device binding, worker processes and refusal, guards, graphs not
-skipped, output storage, captures, inputs unchanged held to eager's effect, and graphs used
-naming a ``runs_eagerly`` that does not answer True or False."""
+inputs (nested tensors and numbers given as inputs too), the target contract (a key_of that
+gives another key, a constant nested input), identical sampling, device binding, worker
+processes and refusal, guards, graphs not skipped, output storage, captures, inputs unchanged
+held to eager's effect, and graphs used naming a ``runs_eagerly`` that does not answer True or
+False."""
 
 from __future__ import annotations
 
@@ -16,9 +18,8 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from cpu_checks import KEYS, cpu_target, double, run
-from graph_stand_ins import StandInGraphs
-from test_broken_zoo_targets import captured, reported
+from cpu_checks import KEYS, StandInConclude, cpu_target, double, reported, run
+from graph_stand_ins import StandInGraphs, captured
 from torch import Tensor
 
 from pytest_cudagraph.conformance import (
@@ -29,6 +30,9 @@ from pytest_cudagraph.conformance import (
     Guards,
     Sampling,
     Workers,
+)
+from pytest_cudagraph.conformance.checks import (
+    test_00_target,
     test_02_no_baked_inputs,
     test_04_identical_sampling,
     test_06_device_binding,
@@ -42,6 +46,8 @@ from pytest_cudagraph.conformance import (
 )
 from pytest_cudagraph.engines import trees
 from pytest_cudagraph.engines.units import MiB
+
+Failed = pytest.fail.Exception  # how a check fails: its headline and problems, no traceback
 
 
 def rows(inputs: dict[str, object]) -> int:
@@ -88,13 +94,93 @@ def nested_target(graphed: Callable[[dict[str, object]], object]) -> CudaGraphTa
 def test_no_baked_inputs_fails_a_graph_that_keeps_one_inputs_first_value(path: str) -> None:
     check = test_02_no_baked_inputs.test_no_baked_inputs
     assert run(check, nested_target(StandInGraphs(shifted, rows))) == [
-        "key 3: changed x, extra[0] one at a time; 1 capture(s) in this check"
+        "key 3: changed x, extra[0] one at a time; 1 capture(s) of its keys in this check"
     ]
-    with pytest.raises(AssertionError) as failure:
+    with pytest.raises(Failed) as failure:
         run(check, nested_target(Baking(path)))
     lines = reported(failure)
     assert lines[0] == "graphed answers after changing one input:"
     assert lines[1].startswith(f"{path} changed: output at index (0, 0): eager ")
+
+
+def draw_numbers(generator: torch.Generator, case: Case) -> dict[str, object]:
+    """A batch, with a temperature and a step count given as Python numbers."""
+    return {
+        "x": torch.randn(case.key, 4, generator=generator),
+        "temperature": 0.5 + float(torch.rand((), generator=generator)),
+        "steps": int(torch.randint(1, 9, (), generator=generator)),
+    }
+
+
+def scaled(inputs: dict[str, object]) -> Tensor:
+    return inputs["x"] / inputs["temperature"] + inputs["steps"]  # type: ignore[operator, no-any-return]
+
+
+class BakingNumbers:
+    """A graph per key whose kernels took the Python numbers of the call that captured it as
+    arguments: replays answer for the first temperature and step count."""
+
+    def __init__(self) -> None:
+        self.graphs: dict[int, tuple[object, float, int]] = {}
+
+    def __call__(self, inputs: dict[str, object]) -> Tensor:
+        key = rows(inputs)
+        if key not in self.graphs:
+            self.graphs[key] = (captured(), inputs["temperature"], inputs["steps"])  # type: ignore[assignment]
+        graph, temperature, steps = self.graphs[key]
+        graph.replay()  # type: ignore[attr-defined]
+        return scaled({**inputs, "temperature": temperature, "steps": steps})
+
+
+def test_no_baked_inputs_fails_a_graph_that_baked_in_a_number_given_as_an_input() -> None:
+    check = test_02_no_baked_inputs.test_no_baked_inputs
+    right = cpu_target(eager=scaled, graphed=StandInGraphs(scaled, rows), draw=draw_numbers)
+    assert run(check, right) == [
+        "key 3: changed x, temperature, steps one at a time; 1 capture(s) of its keys in this check"
+    ]
+    with pytest.raises(Failed) as failure:
+        run(check, cpu_target(eager=scaled, graphed=BakingNumbers(), draw=draw_numbers))
+    lines = reported(failure)
+    assert [line.split(":")[0] for line in lines] == [
+        "graphed answers after changing one input",
+        "temperature changed",
+        "steps changed",
+    ]
+
+
+# The target contract: each case's key, every input tensor drawn
+
+
+def test_the_contract_fails_a_key_of_that_gives_another_key_than_the_cases() -> None:
+    """Keys told apart, each the next one up: every call would be labelled with a key the
+    suite did not draw it for."""
+    check = test_00_target.test_target_contract
+    run(check, cpu_target())
+    with pytest.raises(Failed) as failure:
+        run(check, cpu_target(key_of=lambda inputs: rows(inputs) + 1))
+    assert reported(failure) == [
+        "the target breaks the protocol:",
+        *(
+            f"key_of gives {key + 1} for a draw of the key {key} (case {case}: key {key}, repeat "
+            "0): key_of must give each draw the key it was drawn for (the checks label every "
+            "call with key_of and judge it against the target's keys)"
+            for case, key in enumerate(KEYS)
+        ),
+    ]
+
+
+def test_the_contract_fails_a_constant_input_nested_in_a_container() -> None:
+    def masked(generator: torch.Generator, case: Case) -> dict[str, object]:
+        return {**nested_draw(generator, case), "extra": [torch.ones(case.key)]}
+
+    with pytest.raises(Failed) as failure:
+        run(test_00_target.test_target_contract, cpu_target(draw=masked))
+    assert reported(failure)[1] == (
+        "draw ignores its generator for input 'extra[0]': the same values in 4 draws of case 0: "
+        "key 2, repeat 0 under seeds 0 to 3; every input tensor must vary with the generator"
+    )
+    (figure,) = run(test_00_target.test_target_contract, cpu_target(draw=nested_draw))
+    assert "inputs x, extra[0] vary over 4 draws" in figure
 
 
 # Inputs unchanged: what eager leaves in a copy, nested containers walked
@@ -117,10 +203,10 @@ def test_inputs_unchanged_holds_a_callers_tensors_to_what_eager_leaves_in_them()
     check = test_16_inputs_unchanged.test_inputs_unchanged
     in_place = cpu_target(eager=writes_x, graphed=StandInGraphs(writes_x, rows))
     assert run(check, in_place)[0].startswith("9 calls over 3 keys: 9 input tensors held to")
-    with pytest.raises(AssertionError) as failure:
+    with pytest.raises(Failed) as failure:
         run(check, cpu_target(graphed=StandInGraphs(writes_x, rows)))  # eager writes nothing
     assert reported(failure)[1].startswith("input 'x' of call 0 (case 0, key 2) at index (0, 0)")
-    with pytest.raises(AssertionError) as nested:
+    with pytest.raises(Failed) as nested:
         run(check, nested_target(StandInGraphs(writes_extra, rows)))
     assert reported(nested)[1].startswith("input 'extra[0]' of call 0 (case 0, key 2) at index")
 
@@ -136,9 +222,7 @@ def test_identical_sampling_fails_tokens_that_differ_with_graphs_on() -> None:
 
     alike = cpu_target(sampling=Sampling(lambda seed, graphs: torch.arange(4) + seed))
     assert run(check, alike) == ["graphs off vs on, seeds 0, 1: 8 tokens per side"]
-    with pytest.raises(
-        AssertionError, match=r"sampled tokens differ:\n\s*seed\[1\] at index \(0,\)"
-    ):
+    with pytest.raises(Failed, match=r"sampled tokens differ:\n\s*seed\[1\] at index \(0,\)"):
         run(check, cpu_target(sampling=Sampling(sample)))
 
 
@@ -172,11 +256,11 @@ def test_device_binding_fails_what_the_fresh_process_saw(
     monkeypatch.setattr(
         test_06_device_binding, "run_in_fresh_process", lambda *a, **k: found_in_fresh_process([])
     )
-    check(request, figures.append)  # type: ignore[arg-type]
+    check(request, figures.append, StandInConclude(figures))  # type: ignore[arg-type]
     assert figures[-1].endswith("max |diff| 0, no context on cuda:0")
     monkeypatch.setattr(test_06_device_binding, "run_in_fresh_process", lambda *a, **k: found)
-    with pytest.raises(AssertionError, match=message):
-        check(request, figures.append)  # type: ignore[arg-type]
+    with pytest.raises(Failed, match=message):
+        check(request, figures.append, StandInConclude(figures))  # type: ignore[arg-type]
 
 
 # Worker processes and refusal
@@ -191,7 +275,7 @@ def test_worker_processes_fails_results_that_differ_from_eager() -> None:
     assert run(check, workers(lambda per_gpu, graphs: ([1, 2], [1, 2]))) == [
         "2 workers on one GPU, graphs off: 2 jobs"
     ]
-    with pytest.raises(AssertionError, match=r"worker results differ from eager:\n\s*output\[1\]"):
+    with pytest.raises(Failed, match=r"worker results differ from eager:\n\s*output\[1\]"):
         run(check, workers(lambda per_gpu, graphs: ([1, 3], [1, 2])))
 
 
@@ -226,7 +310,7 @@ def test_worker_refusal_fails_a_process_started_and_joined_before_the_refusal(
     assert run(check, workers(refuse)) == [
         "graphs with 2 workers per GPU refused: graphs need one worker per GPU"
     ]
-    with pytest.raises(AssertionError, match=rf"process\(es\) started before the refusal: {how}"):
+    with pytest.raises(Failed, match=rf"process\(es\) started before the refusal: {how}"):
         run(check, workers(run_workers))
 
 
@@ -243,9 +327,10 @@ def test_guards_fail_an_empty_refusal_and_a_mode_that_does_not_return(
         raise ValueError()
 
     modes = {"empty": (empty, "needs"), "sleeps": (lambda: time.sleep(5), "needs")}
-    with pytest.raises(AssertionError) as failure:
+    with pytest.raises(Failed) as failure:
         run(check, cpu_target(guards=Guards(modes)))
     assert reported(failure) == [
+        "unsupported modes not refused:",
         "empty: ValueError() refused with an empty message",
         "sleeps: still running after 0.2 s (left running)",
     ]
@@ -260,7 +345,7 @@ def test_graphs_not_skipped_fails_any_skip_the_target_reports() -> None:
         "3 rounds over 3 keys: 0 graph(s) skipped since the target was made"
     ]
     skipped = Fallbacks(graph_skips=lambda: ["skipping cudagraphs due to mutated inputs"])
-    with pytest.raises(AssertionError, match=r"ran without its graph:\n\s*skipping cudagraphs due"):
+    with pytest.raises(Failed, match=r"ran without its graph:\n\s*skipping cudagraphs due"):
         run(check, cpu_target(fallbacks=skipped))
 
 
@@ -280,9 +365,9 @@ class StaticOutput:
 def test_output_storage_fails_outputs_in_a_graphs_static_buffer() -> None:
     check = test_13_output_storage.test_output_storage
     assert run(check, cpu_target(graphed=StandInGraphs(double, rows))) == [
-        "9 calls over 3 keys: 0 shared storage(s); 3 capture(s) in this check"
+        "9 calls over 3 keys: 0 shared storage(s); 3 capture(s) of its keys in this check"
     ]
-    with pytest.raises(AssertionError) as failure:
+    with pytest.raises(Failed) as failure:
         run(check, cpu_target(graphed=StaticOutput()))
     assert reported(failure)[1].startswith(
         "call 3 (key 2): output shares storage with call 0 (key 2)'s output"
@@ -302,11 +387,13 @@ def test_captures_fails_a_key_captured_again_in_a_later_round() -> None:
     held = Cache(capacity=len(KEYS))
     figure = run(check, cpu_target(graphed=StandInGraphs(double, rows), cache=held))[0]
     assert figure.startswith("4 rounds over 3 keys: 3 captures, 6.0 replays per capture;")
-    with pytest.raises(AssertionError) as failure:
+    with pytest.raises(Failed) as failure:
         run(check, cpu_target(graphed=Recapturing(), cache=held))
     assert reported(failure) == [
-        "keys the cache held were captured again (3 keys, capacity 3): 2 in 5 of 5 rounds, 3 "
-        "in 4 of 5 rounds, 4 in 4 of 5 rounds"
+        "keys the cache held were captured again (3 keys, capacity 3):",
+        "2 in 5 of 5 rounds",
+        "3 in 4 of 5 rounds",
+        "4 in 4 of 5 rounds",
     ]
 
 

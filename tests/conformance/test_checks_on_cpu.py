@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from cpu_checks import CPU, KEYS, cpu_target, double, run
+from cpu_checks import CPU, KEYS, StandInConclude, cpu_target, double, rows, run
 from graph_stand_ins import StandInGraph, StandInGraphs
 from torch import Tensor
 
@@ -30,6 +30,8 @@ from pytest_cudagraph.conformance import (
     Guards,
     Sampling,
     Tolerance,
+)
+from pytest_cudagraph.conformance.checks import (
     test_00_target,
     test_01_parity,
     test_02_no_baked_inputs,
@@ -50,19 +52,12 @@ from pytest_cudagraph.engines.memory import MemorySample
 from pytest_cudagraph.engines.parity import ParityChecker, ParityResult
 from pytest_cudagraph.engines.units import MiB
 
-Failed = (
-    pytest.fail.Exception
-)  # how the target's own checks fail: the user's code, no source of ours
+Failed = pytest.fail.Exception  # how a check fails: its headline and problems, no traceback
 
 
 def sample(inputs: dict[str, Tensor]) -> Tensor:
     """Code that samples: noise from torch's global generator."""
     return inputs["x"] + torch.rand(inputs["x"].shape)
-
-
-def rows(inputs: dict[str, Tensor]) -> int:
-    """The key of a call of ``cpu_target``: the rows of x."""
-    return inputs["x"].shape[0]
 
 
 # Dry run and contract
@@ -126,21 +121,28 @@ def test_the_dry_run_fails_an_eager_side_whose_state_leaks_from_call_to_call() -
 
 def test_the_dry_run_calls_a_graphed_side_that_runs_on_the_cpu() -> None:
     figures = run(test_00_target.test_dry_run, cpu_target())
-    assert figures == ["eager and graphed once on each of 3 keys (graphed runs without CUDA)"]
+    assert figures == [
+        "eager and graphed once on each of 3 keys (graphed runs without CUDA); 3 of your callables "
+        "ran"
+    ]
     with pytest.raises(
         Failed,
         match=r"case 1: graphed on case 1: key 3, repeat 0; inputs x float32\[3, 4\]: output at",
     ):
         run(test_00_target.test_dry_run, cpu_target(graphed=lambda inputs: inputs["x"] * 3))
     assert run(test_00_target.test_dry_run, cpu_target(graphed=None)) == [
-        "eager once on each of 3 keys"
+        "eager once on each of 3 keys; 3 of your callables ran"
     ]
 
 
 def test_the_dry_run_fails_an_eager_side_no_seed_reaches() -> None:
     own = torch.Generator().manual_seed(0)
     unseeded = cpu_target(eager=lambda inputs: inputs["x"] + torch.rand(1, generator=own))
-    with pytest.raises(Failed, match=r"is not reproducible under one seed .*first eager call"):
+    with pytest.raises(
+        Failed,
+        match=r"is not reproducible under one seed: it draws from a torch.Generator of its own "
+        r"\(eager.own\), which the suite does not seed.*first eager call",
+    ):
         run(test_00_target.test_dry_run, unseeded)
     run(test_00_target.test_dry_run, cpu_target(eager=sample, graphed=sample))  # seeded: alike
 
@@ -166,9 +168,10 @@ def test_the_contract_check_takes_a_billion_keys_without_drawing_them_all() -> N
 
     target = cpu_target(draw=keyed, key_of=lambda inputs: inputs["key"], keys=range(10**9))
     figures = run(test_00_target.test_target_contract, target)
-    assert figures[0].startswith("64 of 1000000000 keys;")
+    assert figures[0].startswith("64 of 1000000000 keys, each its draws' key;")
     assert run(test_00_target.test_dry_run, target) == [
-        "eager and graphed once on each of 64 keys (graphed runs without CUDA)"
+        "eager and graphed once on each of 64 keys (graphed runs without CUDA); 3 of your "
+        "callables ran"
     ]
 
 
@@ -247,11 +250,15 @@ def test_colliding_keys_are_described_in_the_users_names() -> None:
     with pytest.raises(Failed) as failure:
         run(test_00_target.test_target_contract, target)
     message = str(failure.value)
-    assert message.startswith(
-        "key_of gives True for a draw of keys[0] = 16 and for one of keys[1] = 32: key_of must "
-        "tell the keys apart"
-    )
-    assert "num_keys" not in message
+    assert message.splitlines()[1:] == [
+        "key_of gives True for a draw of the key 16 (case 0: key 16, repeat 0): key_of must give "
+        "each draw the key it was drawn for (the checks label every call with key_of and judge "
+        "it against the target's keys)",
+        "key_of gives True for a draw of the key 32 (case 1: key 32, repeat 0): key_of must give "
+        "each draw the key it was drawn for (the checks label every call with key_of and judge "
+        "it against the target's keys)",
+    ]
+    assert "num_keys" not in message and "keys[" not in message
 
 
 @pytest.mark.parametrize(
@@ -288,7 +295,8 @@ def test_a_field_that_fails_on_a_later_case_is_named_with_the_case_and_the_users
 ) -> None:
     with pytest.raises(Failed) as failure:
         run(test_00_target.test_target_contract, cpu_target(**changes))
-    lines = str(failure.value).splitlines()
+    headline, *lines = str(failure.value).splitlines()
+    assert headline == "the target breaks the protocol:"
     if error is None:  # a value returned: no frame raised it
         assert lines == [
             f"{call} returned list [2], which cannot be a key: TypeError: unhashable type: 'list'"
@@ -351,7 +359,7 @@ def test_owned_outputs_checks_the_lifetime_the_target_declares(
         figures = run(test_03_owned_outputs.test_owned_outputs, target)
         assert figures[0].startswith(f"outputs {lifetime}: kept over 4 ")
     else:
-        with pytest.raises(AssertionError, match=r"kept output changed"):
+        with pytest.raises(Failed, match=r"kept output changed"):
             run(test_03_owned_outputs.test_owned_outputs, target)
 
 
@@ -365,7 +373,7 @@ def test_owned_outputs_keeps_the_first_output_a_graph_gave() -> None:
     figures = run(test_03_owned_outputs.test_owned_outputs, target)
     assert figures == [
         "outputs next call: kept over 4 eager calls (key 3, from the first case's call 3); "
-        "1 capture(s) in this check"
+        "1 capture(s) of its keys in this check"
     ]
     late = cpu_target(
         graphed=StandInGraphs(double, rows, warm_up_calls=3), output_lifetime=NEXT_CALL
@@ -425,7 +433,7 @@ def test_an_assert_refuses_a_mode_where_the_target_declares_assertion_error() ->
     declared = cpu_target(guards=Guards(modes, refusal_errors=(AssertionError,)))
     assert run(test_07_guards.test_guards, declared) == ["1 of 1 unsupported modes refused clearly"]
     with pytest.raises(
-        AssertionError,
+        Failed,
         match=r"AssertionError\('Caches must be initialized first.*'\) is not one of the target's refusal_errors \(ValueError, TypeError, RuntimeError\)",
     ):
         run(test_07_guards.test_guards, cpu_target(guards=Guards(modes)))
@@ -452,7 +460,7 @@ def test_side_isolation_fails_a_graphed_side_that_reads_what_only_eager_writes()
         graph_parity=ParityChecker(CPU, on_result=results.append),
     )
     assert results[0].ok  # eager, then graphed, on the same inputs: parity cannot tell
-    with pytest.raises(AssertionError, match=r"key 2, graphed right after eager on other inputs"):
+    with pytest.raises(Failed, match=r"key 2, graphed right after eager on other inputs"):
         run(test_15_side_isolation.test_side_isolation, shared)
 
 
@@ -496,9 +504,9 @@ class Racy:
 
 @pytest.mark.slow
 def test_concurrency_holds_the_target_to_the_threads_it_declares() -> None:
-    with pytest.raises(AssertionError, match=r"called from another thread"):
+    with pytest.raises(Failed, match=r"called from another thread"):
         run(test_10_concurrency.test_concurrency, cpu_target(graphed=ThreadBound(), threads=SERIAL))
-    with pytest.raises(AssertionError, match=r"threaded results differ"):
+    with pytest.raises(Failed, match=r"threaded results differ"):
         run(test_10_concurrency.test_concurrency, cpu_target(graphed=Racy()))
     figures = run(test_10_concurrency.test_concurrency, cpu_target(graphed=Racy(), threads=SERIAL))
     assert "one call at a time (threads='serial')" in figures[0]
@@ -559,9 +567,9 @@ def test_lock_safety_injects_faults_at_torchs_graph_api_when_the_target_names_no
         "faults at capture_begin, capture_end, replay (torch's graph API): lock, entries, next "
         "call checked"
     ]
-    with pytest.raises(AssertionError, match=r"capture_begin: the lock was still held"):
+    with pytest.raises(Failed, match=r"capture_begin: the lock was still held"):
         lock_safety(cache_target(StandInCache(leaky_lock=True)))
-    with pytest.raises(AssertionError) as early:
+    with pytest.raises(Failed) as early:
         lock_safety(cache_target(StandInCache(early=True)))
     for stage in ("capture_begin", "capture_end"):  # a key cached before its capture ended
         assert f"{stage}: the failed call left keys [" in str(early.value)
@@ -573,14 +581,14 @@ def test_lock_safety_injects_faults_at_torchs_graph_api_when_the_target_names_no
 
 def test_lock_safety_reports_stages_no_call_reaches_and_fails_when_none_is() -> None:
     cache = StandInCache()
-    for rows in KEYS:  # captured up front, as a runner does at start-up
-        cache({"x": torch.zeros(rows, 4)})
+    for key in KEYS:  # captured up front, as a runner does at start-up
+        cache({"x": torch.zeros(key, 4)})
     figures = lock_safety(cpu_target(graphed=cache))
     assert figures == [
         "faults at capture_begin, capture_end, replay (torch's graph API): next call checked; "
         "not reached: capture_begin, capture_end"
     ]
-    with pytest.raises(AssertionError, match=r"no call reached torch's graph API"):
+    with pytest.raises(Failed, match=r"no call reached torch's graph API"):
         lock_safety(cpu_target())
 
 
@@ -652,9 +660,9 @@ def test_memory_over_a_long_run_needs_no_reset_and_judges_the_declared_capacity(
         "2 rounds over 3 keys after 3 warm-up rounds (+128 MiB, not judged): peak +0 MiB of "
         "256 MiB; 3 captures per round, capacity 2"
     ]
-    with pytest.raises(AssertionError, match=r"memory grew by 300 MiB over 2 more rounds"):
+    with pytest.raises(Failed, match=r"memory grew by 300 MiB over 2 more rounds"):
         long_run(capacity=3, leak=50 * MiB)
-    with pytest.raises(AssertionError, match=r"captured 0 graphs per round, fewer than the 1"):
+    with pytest.raises(Failed, match=r"captured 0 graphs per round, fewer than the 1"):
         long_run(capacity=2, evicts=False)
 
 
@@ -689,17 +697,17 @@ def test_identical_sampling_fails_a_sampler_whose_tokens_change_with_graphs_on()
         test_04_identical_sampling.test_identical_sampling, cpu_target(sampling=sampler(0))
     )
     assert figures == ["graphs off vs on, seeds 0, 1: 4 tokens per side"]
-    with pytest.raises(AssertionError, match=r"sampled tokens differ:\n.*seed\[1\]"):
+    with pytest.raises(Failed, match=r"sampled tokens differ:\n.*seed\[1\]"):
         run(test_04_identical_sampling.test_identical_sampling, cpu_target(sampling=sampler(1)))
 
 
 def test_capture_clean_runs_the_forward_once_before_and_once_under_no_host_sync() -> None:
     calls: list[str] = []
-    target = cpu_target(capture_clean=CaptureClean(lambda: calls.append("forward")))
-    forward = test_05_capture_clean.forward.__wrapped__(target)
+    capture_clean = CaptureClean(lambda: calls.append("forward"))
+    forward = test_05_capture_clean.forward.__wrapped__(capture_clean)  # type: ignore[attr-defined]
     assert calls == ["forward"], "first use is paid before the check"
     figures: list[str] = []
-    test_05_capture_clean.test_capture_clean_forward(forward, figures.append)
+    test_05_capture_clean.test_capture_clean_forward(forward, StandInConclude(figures))
     assert calls == ["forward", "forward"]
     assert figures == ["one eager forward at the largest key, in sync debug mode 'error'"]
     marks = [mark.name for mark in test_05_capture_clean.test_capture_clean_forward.pytestmark]
@@ -723,7 +731,11 @@ def device_binding(monkeypatch: pytest.MonkeyPatch, **probed: object) -> list[st
     monkeypatch.setattr(check, "chosen_target_spec", lambda config: "mine:make")
     monkeypatch.setattr(check, "run_in_fresh_process", lambda probe, spec, cases, timeout: found)
     figures: list[str] = []
-    check.test_device_binding(SimpleNamespace(config=None), figures.append)  # type: ignore[arg-type]
+    check.test_device_binding(
+        SimpleNamespace(config=None),  # type: ignore[arg-type]
+        figures.append,
+        StandInConclude(figures),
+    )
     return figures
 
 
@@ -740,7 +752,7 @@ def device_binding(monkeypatch: pytest.MonkeyPatch, **probed: object) -> list[st
 def test_device_binding_fails_each_trace_left_on_the_current_device(
     monkeypatch: pytest.MonkeyPatch, probed: dict[str, object], problem: str
 ) -> None:
-    with pytest.raises(AssertionError, match=problem):
+    with pytest.raises(Failed, match=problem):
         device_binding(monkeypatch, **probed)
 
 
@@ -788,7 +800,7 @@ class Unrecovered(StandInCache):
 def test_lock_safety_fails_a_wrong_answer_after_the_fault(
     cache: StandInCache, problem: str
 ) -> None:
-    with pytest.raises(AssertionError, match=problem):
+    with pytest.raises(Failed, match=problem):
         lock_safety(cache_target(cache))
 
 
@@ -827,7 +839,7 @@ def own_stages(code: OwnStages) -> list[str]:
 
 def test_lock_safety_injects_at_the_targets_own_stages_and_fails_one_never_reached() -> None:
     assert own_stages(OwnStages()) == ["faults at warm_up, capture, replay: next call checked"]
-    with pytest.raises(AssertionError, match=r"capture: never called in 9 calls"):
+    with pytest.raises(Failed, match=r"capture: never called in 9 calls"):
         own_stages(OwnStages(skips="capture"))
 
 
@@ -858,19 +870,12 @@ class BoundedCache:
 
 
 def bounded_memory(cache: BoundedCache) -> list[str]:
-    """The check's figures (it records its figures with values too, so it is called here)."""
+    """The check's figures."""
     target = cpu_target(
         graphed=cache,
         cache=Cache(reset=cache.reset, capacity=cache.capacity, largest_key=KEYS[-1]),
     )
-    figures: list[str] = []
-    test_09_bounded_memory.test_bounded_memory(
-        target,
-        cache.memory,  # type: ignore[arg-type]
-        lambda figure, **values: figures.append(figure),
-        lambda where: None,
-    )
-    return figures
+    return run(test_09_bounded_memory.test_bounded_memory, target, device_memory=cache.memory)
 
 
 def test_bounded_memory_allows_one_graph_past_the_capacity_and_no_more() -> None:
@@ -878,9 +883,9 @@ def test_bounded_memory_allows_one_graph_past_the_capacity_and_no_more() -> None
     assert figures[0].startswith(
         "24 calls over 3 keys, capacity 1: peak +600 MiB of bound 856 MiB (largest graph 300 MiB)"
     )
-    with pytest.raises(AssertionError, match=r"memory grew to .* past the bound of"):
+    with pytest.raises(Failed, match=r"memory grew to .* past the bound of"):
         bounded_memory(BoundedCache(capacity=1, leak=50 * MiB))
-    with pytest.raises(AssertionError, match=r"after reset\(\) the process still holds \+300 MiB"):
+    with pytest.raises(Failed, match=r"after reset\(\) the process still holds \+300 MiB"):
         bounded_memory(BoundedCache(capacity=1, kept=150 * MiB))
 
 
@@ -926,3 +931,22 @@ class PinnedCache:
                 self.graphs[key] = graph
         graph.replay()
         return double(inputs)
+
+
+def test_a_step_that_writes_its_inputs_in_place_alike_on_both_sides_is_right() -> None:
+    """Each side gets inputs of its own, drawn or copied before any call may write them: the
+    dry run compares draws as drawn, and no baked inputs gives the graphed side its copy before
+    eager's call doubles eager's."""
+
+    def doubling(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return inputs["x"].mul_(2) + 1
+
+    graphs = StandInGraphs(doubling, rows)
+    run(test_00_target.test_dry_run, cpu_target(eager=doubling, graphed=graphs))
+    counter = CaptureCounter(StandInGraph)
+    (figure,) = run(
+        test_02_no_baked_inputs.test_no_baked_inputs,
+        cpu_target(eager=doubling, graphed=StandInGraphs(doubling, rows)),
+        capture_counter=counter,
+    )
+    assert figure == "key 3: changed x one at a time; 1 capture(s) of its keys in this check"

@@ -77,6 +77,46 @@ def make_target(device):
 """
 
 
+CALLABLES_FAIL = """import torch
+
+from pytest_cudagraph.conformance import Cache, Sampling, State, hand_written
+
+
+def draw(generator, case):
+    return {"x": torch.randn(case.key, 4, generator=generator)}
+
+
+def clear():
+    raise RuntimeError("the cache is gone")
+
+
+def sides():
+    raise KeyError("no model here")
+
+
+def sample(seed, graphs):
+    raise IndexError("no tokens")
+
+
+def make_target(device, **capability):
+    return hand_written(device=device, eager=lambda inputs: inputs["x"] * 2,
+                        graphed=lambda inputs: inputs["x"] * 2, keys=[2, 3], draw=draw,
+                        key_of=lambda inputs: inputs["x"].shape[0], **capability)
+
+
+def cache_reset_fails(device):
+    return make_target(device, cache=Cache(reset=clear))
+
+
+def state_sides_fails(device):
+    return make_target(device, state=State(sides=sides))
+
+
+def sampler_fails(device):
+    return make_target(device, sampling=Sampling(sample))
+"""
+
+
 def literal(text: str) -> str:
     """``text`` as an fnmatch pattern matching itself (brackets are a character class there)."""
     return re.sub(r"([][])", r"[\1]", text)
@@ -196,15 +236,15 @@ def test_an_eager_error_names_the_key_and_the_inputs_not_the_suites_source(
 def test_graphs_built_at_start_up_on_the_cpu_are_told_the_rule(
     newcomer: Callable[..., pytest.RunResult],
 ) -> None:
-    result = newcomer(GRAPHS_AT_START_UP)
+    result = newcomer(GRAPHS_AT_START_UP, "--cudagraph-emulate=off")  # emulated, it builds
     result.stdout.fnmatch_lines(
         [
             # A CPU build of torch, a CUDA build without a driver and one whose GPUs are hidden
             # word it differently (the last raises torch's AcceleratorError, a RuntimeError).
             "*the factory raised *Error: *",
             "The factory is called with the CPU (cpu) when CUDA is missing: build the graphs "
-            "only when device.type == 'cuda' and give graphed=None otherwise "
-            "(docs/own-graphs.md)",
+            "only where pytest_cudagraph.conformance.graphs_on(device) holds (CUDA, or graphs "
+            "emulated) and give graphed=None otherwise (docs/own-graphs.md)",
         ]
     )
 
@@ -225,3 +265,48 @@ def test_a_broken_target_in_a_shared_ini_stops_only_what_uses_it(
     result.stdout.fnmatch_lines(
         ["*importing 'my_graphs' failed: NameError: name 'build' is not defined"]
     )
+
+
+@pytest.mark.parametrize(
+    ("factory", "called", "raised", "function", "verdict"),
+    [
+        # Called by the suite before every check (the target fixture): each errors at set-up.
+        (
+            "cache_reset_fails",
+            "Cache.reset()",
+            "RuntimeError: the cache is gone",
+            "clear",
+            "errors",
+        ),
+        ("state_sides_fails", "State.sides()", "KeyError: 'no model here'", "sides", "errors"),
+        # Called by the dry run itself.
+        ("sampler_fails", "Sampling.sample()", "IndexError: no tokens", "sample", "failed"),
+    ],
+)
+def test_a_capabilitys_callable_that_raises_is_named_by_its_field_in_one_line(
+    run_suite: Callable[..., pytest.RunResult],
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    factory: str,
+    called: str,
+    raised: str,
+    function: str,
+    verdict: str,
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    pytester.makepyfile(my_graphs=CALLABLES_FAIL)
+    result = run_suite("--cudagraph-target", f"my_graphs:{factory}", "-k", "dry_run")
+    assert result.parseoutcomes().get(verdict) == 1, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "_*test_dry_run*_",
+            literal(f"{called} raised {raised}"),
+            "Traceback (your code):",
+            f'  File "{pytester.path / "my_graphs.py"}", line *, in {function}',
+        ],
+        consecutive=True,
+    )
+    output = result.stdout.str()
+    # The user's error alone: not the suite's chain of exceptions around it.
+    assert "The above exception was the direct cause" not in output, output
+    assert "During handling of the above exception" not in output, output

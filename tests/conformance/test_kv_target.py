@@ -16,7 +16,8 @@ from suite_runner import table_verdicts
 from torch import Tensor
 
 from pytest_cudagraph.conformance import CudaGraphTarget, State
-from pytest_cudagraph.conformance.loading import build_target, installed_targets
+from pytest_cudagraph.conformance._judging import draw, numbered
+from pytest_cudagraph.conformance._loading import build_target, installed_targets
 from reasyn_ref.kv_decoder import KVDecoder, StepBuffers, StepKey
 from reasyn_ref.model import expand_memory
 from reasyn_ref.sampler import pad_rows
@@ -73,13 +74,13 @@ def test_reasyn_kv_is_installed_and_builds_by_name_on_the_cpu() -> None:
     assert installed_targets()["reasyn-kv"] == "reasyn_ref.targets.kv:make_target"
     target = build_target("reasyn-kv", CPU)
     assert isinstance(target, CudaGraphTarget)
-    assert target.num_keys == NUM_KEYS == 40
+    assert len(target.keys) == NUM_KEYS == 40
     # No graphs on the CPU: the graphed side and the graph capabilities, reset_state among
     # them, are left out; the dry run calls the eager side alone.
     assert target.graphed is None
     assert target.state is None and target.cache is None
     with pytest.raises(RuntimeError, match="step graphs need CUDA"):
-        KVTarget(CPU).graphed(target.make_inputs(torch.Generator().manual_seed(0), 0))
+        KVTarget(CPU).graphed(draw(target, numbered(target, 0), seed=0))
 
 
 def test_cases_cycle_through_forty_distinct_keys_the_last_one_the_largest() -> None:
@@ -209,14 +210,14 @@ def test_reset_state_must_be_callable() -> None:
 @pytest.mark.parametrize("factory", TWINS)
 def test_each_twin_builds_a_valid_target_on_the_cpu(factory: str) -> None:
     target = build_target(f"broken_kv_targets:{factory}", CPU)
-    assert target.num_keys == NUM_KEYS
+    assert list(target.keys) == [key_for_case(case) for case in range(NUM_KEYS)]
 
 
 def test_the_suite_runs_its_cpu_checks_on_reasyn_kv_and_skips_the_rest_saying_why(
     run_suite: Callable[..., pytest.RunResult], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    result = run_suite("--cudagraph-target", "reasyn-kv")
+    result = run_suite("--cudagraph-target", "reasyn-kv", "--cudagraph-emulate=off")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     verdicts = table_verdicts(result)
     assert {check for check, verdict in verdicts.items() if verdict == "passed"} == {
@@ -228,8 +229,8 @@ def test_the_suite_runs_its_cpu_checks_on_reasyn_kv_and_skips_the_rest_saying_wh
     result.stdout.fnmatch_lines(
         [
             "conformance of reasyn-kv (3 passed, *):",
-            "  target contract * passed * 40 keys; inputs memory, memory_padding_mask, tokens, "
-            "lengths, step_tokens vary *",
+            "  target contract * passed * 40 keys, each its draws' key; inputs memory, "
+            "memory_padding_mask, tokens, lengths, step_tokens vary *",
             "  guards * passed * 7 of 7 unsupported modes refused clearly",
             "  worker refusal * skipped * the target does not give workers *",
             # The checks that need CUDA, the stateful ones among them, in the account's line.

@@ -1,13 +1,17 @@
-"""pytest_cudagraph.conformance.loading on the CPU: loading installed names and ``module:factory`` specs,
-validating what the factory returns, which spec is in force (option > env > ini > the one
+"""pytest_cudagraph.conformance._loading on the CPU: loading installed names and ``module:factory``
+specs, validating what the factory returns (a ``draw`` of keys, a release before 0.3.0's
+spelling, stops there in one line), which spec is in force (option > env > ini > the one
 installed target), and what a user sees when the target cannot be built."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
+import threading
 import types
+import warnings
 from collections.abc import Callable
 
 import pytest
@@ -15,17 +19,27 @@ import torch
 from distributions import registered_targets
 from suite_runner import plugin_arguments
 
-from pytest_cudagraph.conformance import Cache, Case, CudaGraphTarget, Tolerance, loading
-from pytest_cudagraph.conformance.catalog import lacking
-from pytest_cudagraph.conformance.loading import (
+from pytest_cudagraph.conformance import (
+    Cache,
+    Case,
+    CudaGraphTarget,
     TargetError,
+    Tolerance,
+    _loading,
+    validate_target,
+)
+from pytest_cudagraph.conformance._catalog import Declaration
+from pytest_cudagraph.conformance._loading import (
+    DRAW_OF_KEYS,
+    UserCodeError,
     build_target,
     installed_lines,
     installed_targets,
     load_factory,
     resolve_spec,
+    user_call,
 )
-from pytest_cudagraph.conformance.suite import chosen_target_spec
+from pytest_cudagraph.conformance._suite import chosen_target_spec
 
 CPU = torch.device("cpu")
 
@@ -85,7 +99,7 @@ def test_a_spec_that_cannot_be_loaded_is_a_target_error_naming_it(
 
 def test_a_dotted_factory_is_found(factories: types.ModuleType) -> None:
     assert load_factory("fake_targets:namespace.make") is factories.namespace.make
-    assert build_target("fake_targets:namespace.make", CPU).num_keys == 4
+    assert len(build_target("fake_targets:namespace.make", CPU).keys) == 4
 
 
 def test_a_factory_that_raises_is_reported_with_its_whole_error(
@@ -166,14 +180,12 @@ def test_the_installed_reference_is_valid_on_the_cpu() -> None:
     assert target.device == CPU
     assert target.tolerance == Tolerance()
     # On the CPU there is no graph cache: the capabilities about it are left out.
-    assert lacking(target, ["cache.lock", "cache.capacity", "guards", "workers"]) == [
-        "cache.lock",
-        "cache.capacity",
-    ]
+    needs = ("cache.lock", "cache.capacity", "guards", "workers")
+    assert Declaration("reference", needs=needs).lacking(target) == ["cache.lock", "cache.capacity"]
 
 
 def fake_installed(monkeypatch: pytest.MonkeyPatch, names: dict[str, str]) -> None:
-    monkeypatch.setattr(loading, "installed_targets", lambda: names)
+    monkeypatch.setattr(_loading, "installed_targets", lambda: names)
 
 
 def test_with_none_chosen_the_one_installed_target_is_the_default(
@@ -262,7 +274,7 @@ def test_an_error_while_importing_is_shown_whole_at_the_users_line(
     sys.modules.pop("import_fails", None)
     assert str(error.value) == f"conformance target 'import_fails:make': {problem}"
     if line is not None:  # a SyntaxError has no frame of the module: it never ran
-        shown = loading.explained(error.value).splitlines()
+        shown = _loading.explained(error.value).splitlines()
         at = shown.index("Traceback (your code):")
         path = pytester.path / "import_fails.py"
         assert shown[at + 1] == f'  File "{path}", line {line}, in <module>'
@@ -318,7 +330,8 @@ def test_a_factory_that_uses_cuda_when_called_for_the_cpu_is_told_the_rule(
         build_with(factories, factory)
     assert str(error.value).splitlines()[1:] == [
         "The factory is called with the CPU (cpu) when CUDA is missing: build the graphs only "
-        "when device.type == 'cuda' and give graphed=None otherwise (docs/own-graphs.md)"
+        "where pytest_cudagraph.conformance.graphs_on(device) holds (CUDA, or graphs emulated) "
+        "and give graphed=None otherwise (docs/own-graphs.md)"
     ]
 
 
@@ -333,7 +346,9 @@ def test_a_cuda_graph_built_on_the_cpu_at_start_up_is_told_the_rule(
         torch.cuda.CUDAGraph()
         return minimal_target()
 
-    with pytest.raises(TargetError, match=r"build the graphs only when device.type == 'cuda'"):
+    with pytest.raises(
+        TargetError, match=r"build the graphs only where .*graphs_on\(device\) holds"
+    ):
         build_with(factories, factory)
 
 
@@ -570,11 +585,123 @@ def test_case_0_is_drawn_and_keyed_when_the_target_is_validated(
     changes: dict[str, object], problem: str
 ) -> None:
     with pytest.raises(TargetError) as refused:
-        loading.validate_target("mine:make", minimal_target(**changes), CPU)
+        _loading.validate_target("mine:make", minimal_target(**changes), CPU)
     assert str(refused.value) == f"conformance target 'mine:make': {problem}"
 
 
 def test_a_title_names_the_spec_or_says_none_is_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert loading.describe_spec("mine:make") == "mine:make"
+    assert _loading.describe_spec("mine:make") == "mine:make"
     fake_installed(monkeypatch, {})
-    assert loading.describe_spec(None) == "no target chosen"
+    assert _loading.describe_spec(None) == "no target chosen"
+
+
+# A draw of keys, the spelling of a release before 0.3.0, is no longer translated
+
+
+def keyed_target(draw: Callable[..., object]) -> CudaGraphTarget:
+    return CudaGraphTarget(device=CPU, eager=len, graphed=None, keys=[(2,), (3,)], draw=draw, key_of=lambda i: i["x"].shape)  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_a_draw_of_keys_stops_validation_in_one_line_without_being_called() -> None:
+    given: list[object] = []
+
+    def draw(generator: torch.Generator, key: tuple[int]) -> dict[str, torch.Tensor]:
+        given.append(key)
+        return {"x": torch.randn(*key, generator=generator)}  # a Case is no shape: torch raises
+
+    def positional_only(generator: torch.Generator, key: object, /) -> dict[str, torch.Tensor]:
+        given.append(key)
+        return {"x": torch.zeros(2)}  # a Case would do here
+
+    assert "draw(generator, case)" in DRAW_OF_KEYS and "case.key" in DRAW_OF_KEYS
+    for spelt in (draw, positional_only, lambda generator, key: given.append(key)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(TargetError) as refused:
+                validate_target("mine:make", keyed_target(spelt), CPU)
+        assert str(refused.value) == f"conformance target 'mine:make': {DRAW_OF_KEYS}"
+        assert refused.value.__cause__ is None and "\n" not in str(refused.value)
+        assert caught == []
+    assert given == []  # never called: no error from inside torch to show
+
+
+def test_a_draw_of_keys_from_a_factory_is_refused_alike(factories: types.ModuleType) -> None:
+    def draw(generator: torch.Generator, key: tuple[int]) -> dict[str, torch.Tensor]:
+        return {"x": torch.randn(*key, generator=generator)}
+
+    with pytest.raises(TargetError) as refused:
+        build_with(factories, lambda device: keyed_target(draw))
+    assert str(refused.value) == f"conformance target 'fake_targets:factory': {DRAW_OF_KEYS}"
+
+
+def test_a_draw_with_an_unnamed_parameter_is_called_with_a_case_and_its_error_named() -> None:
+    calls: list[object] = []
+
+    def shaped(generator: torch.Generator, shape: object) -> dict[str, torch.Tensor]:
+        calls.append(shape)
+        return {"x": torch.randn(*shape, generator=generator)}  # type: ignore[misc]
+
+    def reads_rows(generator: torch.Generator, c: object) -> dict[str, torch.Tensor]:
+        return {"x": torch.randn(c.rows, generator=generator)}  # type: ignore[attr-defined]
+
+    def keyed(generator: torch.Generator, c: Case) -> dict[str, torch.Tensor]:
+        return {"x": torch.randn(*c.key, generator=generator)}
+
+    with pytest.raises(TargetError) as refused:
+        validate_target("mine:make", keyed_target(shaped), CPU)
+    assert re.fullmatch(  # Python words the TypeError itself
+        r"conformance target 'mine:make': draw\(generator, case 0: key \(2,\), repeat 0\) "
+        r"raised TypeError: [^\n]* after \* must be an iterable, not Case",
+        str(refused.value),
+    )
+    assert calls == [Case(0, (2,), 0)]  # called once, with the case, never with its key
+    assert isinstance(refused.value.__cause__, TypeError)
+    with pytest.raises(TargetError) as refused:
+        validate_target("mine:make", keyed_target(reads_rows), CPU)
+    assert str(refused.value) == (
+        "conformance target 'mine:make': draw(generator, case 0: key (2,), repeat 0) raised "
+        "AttributeError: 'Case' object has no attribute 'rows'"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        validate_target("mine:make", keyed_target(keyed), CPU)
+
+
+def test_a_draw_named_for_cases_is_called_once_and_never_with_the_key() -> None:
+    given: list[object] = []
+
+    def draw(generator: torch.Generator, case: Case) -> dict[str, torch.Tensor]:
+        given.append(case)
+        raise KeyError("hidden")
+
+    with pytest.raises(
+        TargetError,
+        match=r"^conformance target 'mine:make': draw\(generator, case 0: key \(2,\), repeat 0\) "
+        r"raised KeyError: 'hidden'$",
+    ):
+        validate_target("mine:make", keyed_target(draw), CPU)
+    assert given == [Case(0, (2,), 0)]
+
+
+def test_an_invalidated_capture_names_the_threads_that_may_have_done_it() -> None:
+    """In torch's global capture mode another thread's CUDA call invalidates a capture: the
+    error does not blame the call alone, and names the threads alive (the suite's marked)."""
+    stop = threading.Event()
+    helper = threading.Thread(target=stop.wait, name="cudagraph-memory-peak")
+    theirs = threading.Thread(target=stop.wait, name="prefetcher")
+    helper.start(), theirs.start()
+    try:
+        with pytest.raises(UserCodeError) as raised, user_call("graphed(case 0)"):
+            raise RuntimeError(
+                "CUDA error: operation failed due to a previous error during capture"
+            )
+        with pytest.raises(UserCodeError) as plain, user_call("graphed(case 0)"):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    finally:
+        stop.set()
+        helper.join(), theirs.join()
+    message = str(raised.value)
+    assert "The capture was invalidated, which need not be this call's doing" in message
+    assert "cudagraph-memory-peak (the suite's)" in message
+    assert "prefetcher" in message and "prefetcher (the suite's)" not in message
+    assert "capture was invalidated" not in str(plain.value)

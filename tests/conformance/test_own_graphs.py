@@ -1,5 +1,6 @@
-"""Checking one's own CUDA-graph code: the adapters (pytest_cudagraph.conformance.adapters), the examples of
-docs/own-graphs.md (pytest_cudagraph.examples), the foreign target and the broken twins of each.
+"""Checking one's own CUDA-graph code: the adapters (pytest_cudagraph.conformance._adapters),
+the examples of docs/own-graphs.md (pytest_cudagraph.examples), the foreign target and the
+broken twins of each.
 
 On the CPU: the adapters' input checks and skip report, the docs showing exactly the example
 files, and each example passing the checks that need no GPU. On a GPU: each example and the
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from suite_runner import REPO_ROOT, table_verdicts
+from suite_runner import REPO_ROOT, ROW, table_verdicts
 from torch import nn
 
 from pytest_cudagraph import examples
@@ -32,7 +33,9 @@ from pytest_cudagraph.conformance import (
     graphed_callables,
     hand_written,
 )
-from pytest_cudagraph.conformance.adapters import INDUCTOR_SKIP_LOGGER, input_shapes
+from pytest_cudagraph.conformance._adapters import INDUCTOR_SKIP_LOGGER, input_shapes
+from pytest_cudagraph.conformance._judging import draw as draw_case
+from pytest_cudagraph.conformance._judging import numbered
 from pytest_cudagraph.skips import needs_cuda
 
 CPU = torch.device("cpu")
@@ -47,6 +50,7 @@ EXAMPLES = {
     "hand_written_target": "pytest_cudagraph.examples.hand_written_target:make_target",
     "piecewise_runner_target": "pytest_cudagraph.examples.piecewise_runner_target:make_target",
     "hf_static_cache_target": "pytest_cudagraph.examples.hf_static_cache_target:make_target",
+    "stateful_decoder_target": "pytest_cudagraph.examples.stateful_decoder_target:make_target",
 }
 # The examples that need an extra installed: its name.
 EXTRAS = {EXAMPLES["hf_static_cache_target"]: "transformers"}
@@ -91,7 +95,8 @@ def test_cases_cycle_through_the_keys_and_count_the_draws_of_each() -> None:
 
     target = hand_written(**cpu_fields(keys=[1, 2, 3, 4], draw=draw))
     shapes = [
-        tuple(target.make_inputs(torch.Generator(), case)["x"].shape) for case in (0, 3, 4, 9)
+        tuple(draw_case(target, numbered(target, number), seed=0)["x"].shape)
+        for number in (0, 3, 4, 9)
     ]
     assert shapes == [(1, 2), (4, 5), (1, 3), (2, 5)]
     assert seen == [Case(0, 1, 0), Case(3, 4, 0), Case(4, 1, 1), Case(9, 2, 2)]
@@ -161,19 +166,43 @@ def mlp_fields() -> dict[str, object]:
         (
             {"mode": "default"},
             ValueError,
-            r"mode must be one with CUDA graphs \('reduce-overhead', 'max-autotune'\)",
+            r"^compiled: mode must be one with CUDA graphs \('reduce-overhead', 'max-autotune'\)",
         ),
-        ({"options": {"max_autotune": True}}, ValueError, r"give mode or options, not both"),
-        ({"mode": None, "options": [1]}, TypeError, r"options must be a mapping, got list"),
-        ({"rerecord_limit": -1}, ValueError, r"rerecord_limit must be >= 0, got -1"),
-        ({"rerecord_limit": 1.5}, TypeError, r"rerecord_limit must be an int, got 1.5"),
-        ({"fullgraph": 1}, TypeError, r"fullgraph must be True or False, got 1"),
-        ({"dynamic": "yes"}, TypeError, r"dynamic must be True or False, got 'yes'"),
-        ({"share_state": None}, TypeError, r"share_state must be True or False, got None"),
-        ({"model": 3}, TypeError, r"model must be a torch.nn.Module or a zero-arg callable"),
-        ({"call": "generate"}, TypeError, r"call must be callable as call\(step, model, inputs\)"),
-        ({"key_of": 3}, TypeError, r"key_of must be callable, got int"),
+        ({"options": {"max_autotune": True}}, ValueError, r"^compiled: give mode or options, not"),
+        (
+            {"mode": None, "options": [1]},
+            TypeError,
+            r"^compiled: options must be a mapping, got list",
+        ),
+        (
+            {"mode": None, "options": {1: 2}},
+            TypeError,
+            r"^compiled: options must have string keys, got 1$",
+        ),
+        ({"rerecord_limit": -1}, ValueError, r"^compiled: rerecord_limit must be >= 0, got -1$"),
+        ({"rerecord_limit": 1.5}, TypeError, r"^compiled: rerecord_limit must be an int, got 1.5$"),
+        ({"fullgraph": 1}, TypeError, r"^compiled: fullgraph must be True or False, got 1$"),
+        ({"dynamic": "yes"}, TypeError, r"^compiled: dynamic must be True or False, got 'yes'$"),
+        ({"share_state": None}, TypeError, r"^compiled: share_state must be True or False, got"),
+        ({"model": 3}, TypeError, r"^compiled: model must be a torch.nn.Module or a zero-arg"),
+        (
+            {"call": "generate"},
+            TypeError,
+            r"^compiled: call \(call\(step, model, inputs\)\) must be callable or None, got str$",
+        ),
+        ({"key_of": 3}, TypeError, r"^compiled: key_of must be callable or None, got int$"),
         ({"keys": [[1]]}, TypeError, r"keys\[0\] must be hashable"),
+        ({"draw": 3}, TypeError, r"^compiled: draw must be callable, got int$"),
+        (
+            {"device": "cpu"},
+            TypeError,
+            r"^compiled: device must be a torch.device, got 'cpu' \(write torch.device\('cpu'\)\)$",
+        ),
+        (
+            {"model": lambda: None},
+            TypeError,
+            r"^compiled: model\(\) must build a torch.nn.Module, got NoneType$",
+        ),
     ],
 )
 def test_compiled_checks_its_arguments_before_compiling(
@@ -186,9 +215,17 @@ def test_compiled_checks_its_arguments_before_compiling(
 @pytest.mark.parametrize(
     ("changes", "error", "message"),
     [
-        ({"num_warmup_iters": -2}, ValueError, r"num_warmup_iters must be >= 0, got -2"),
-        ({"num_warmup_iters": True}, TypeError, r"num_warmup_iters must be an int, got True"),
-        ({"share_state": "no"}, TypeError, r"share_state must be True or False"),
+        (
+            {"num_warmup_iters": -2},
+            ValueError,
+            r"^graphed_callables: num_warmup_iters must be >= 0, got -2$",
+        ),
+        (
+            {"num_warmup_iters": True},
+            TypeError,
+            r"^graphed_callables: num_warmup_iters must be an int, got True$",
+        ),
+        ({"share_state": "no"}, TypeError, r"^graphed_callables: share_state must be True or"),
     ],
 )
 def test_graphed_callables_checks_its_arguments(
@@ -196,7 +233,7 @@ def test_graphed_callables_checks_its_arguments(
 ) -> None:
     with pytest.raises(error, match=message):
         graphed_callables(nn.Linear(2, 2), **{**mlp_fields(), **changes})
-    with pytest.raises(TypeError, match=r"fn must be callable, got int"):
+    with pytest.raises(TypeError, match=r"^graphed_callables: fn must be callable, got int$"):
         graphed_callables(3, **mlp_fields())
 
 
@@ -205,7 +242,7 @@ def test_graphed_callables_checks_its_arguments(
     ("changes", "message"),
     [
         ({"fn": 3}, r"fn must be callable, got int"),
-        ({"call": "generate"}, r"call must be callable as call\(step, model, inputs\)"),
+        ({"call": "generate"}, r"call \(call\(step, model, inputs\)\) must be callable or None"),
         ({"share_state": "no"}, r"share_state must be True or False"),
     ],
 )
@@ -219,7 +256,7 @@ def test_the_step_is_checked_before_a_model_is_built(
         return built[-1]
 
     arguments = {"fn": lambda model, x: model(x), "model": build, **mlp_fields(), **changes}
-    with pytest.raises(TypeError, match=message):
+    with pytest.raises(TypeError, match=f"^{adapter.__name__}: {message}"):
         adapter(arguments.pop("fn"), **arguments)
     assert built == []
 
@@ -409,11 +446,11 @@ def failed_checks(result: pytest.RunResult) -> set[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", [*EXAMPLES.values(), FOREIGN])
-def test_each_example_passes_the_checks_that_need_no_gpu(
+def test_each_example_passes_every_check_it_can_judge_on_the_cpu(
     run_suite: Callable[..., pytest.RunResult], monkeypatch: pytest.MonkeyPatch, spec: str
 ) -> None:
-    """Its contract, and a dry run of its code on the CPU: the eager side of every key (and the
-    compiled examples' graphed side, compiled without CUDA graphs)."""
+    """Its contract, a dry run of its code, and with its graphs emulated every check that judges
+    CUDA graphs: none fails (the compiled examples keep cudagraph trees' contract there)."""
     extra = EXTRAS.get(spec)
     if extra is not None:
         pytest.importorskip(
@@ -425,9 +462,15 @@ def test_each_example_passes_the_checks_that_need_no_gpu(
     verdicts = table_verdicts(result)
     assert verdicts["target contract"] == verdicts["dry run"] == "passed", result.stdout.str()
     assert set(verdicts.values()) == {"passed", "skipped"}
+    judged = [line for line in result.stdout.lines if ROW.match(line) and "passed*" in line]
+    for check in ("parity", "owned outputs", "inputs unchanged", "graphs used"):
+        assert any(line.startswith(f"  {check} ") for line in judged), result.stdout.str()
     if spec == EXAMPLES["decode_step_target"]:
         result.stdout.fnmatch_lines(
-            ["  dry run * eager and graphed once on each of 1 key (graphed runs without CUDA)"]
+            [
+                "  dry run * eager and graphed once on each of 1 key (graphed runs without CUDA); "
+                "6 of your callables ran"
+            ]
         )
         assert verdicts["guards"] == "passed"  # gpt-fast's assert, a declared refusal
 

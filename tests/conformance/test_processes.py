@@ -1,4 +1,4 @@
-"""pytest_cudagraph.conformance.processes on the CPU: a function run in a freshly spawned
+"""pytest_cudagraph.conformance._processes on the CPU: a function run in a freshly spawned
 process gives back its value, its error or its death."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from pytest_cudagraph.conformance.processes import run_in_fresh_process
+from pytest_cudagraph.conformance._processes import run_in_fresh_process
 
 # Run in the spawned children: module-level, so that the children can import them.
 

@@ -1,4 +1,4 @@
-"""pytest_cudagraph.conformance.progress: when a long check says where it is, and where it says
+"""pytest_cudagraph.conformance._progress: when a long check says where it is, and where it says
 it (the terminal, past output capturing; nothing under -q or in xdist workers); the dry run
 saying it on a slow target."""
 
@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 from suite_runner import plugin_arguments
 
-from pytest_cudagraph.conformance.catalog import check_needs
-from pytest_cudagraph.conformance.progress import EVERY_S, QUIET_S, CheckProgress
+from pytest_cudagraph.conformance._catalog import declared_checks
+from pytest_cudagraph.conformance._progress import EVERY_S, QUIET_S, CheckProgress
 
 # Each test runs the suite to watch its progress lines (the README's test command leaves it out).
 pytestmark = pytest.mark.slow
@@ -49,8 +49,8 @@ def test_without_a_writer_it_says_nothing() -> None:
 
 LONG_CHECK = """
 from pytest_cudagraph import results
-from pytest_cudagraph.conformance import suite
-from pytest_cudagraph.conformance.progress import check_progress
+from pytest_cudagraph.conformance import _suite
+from pytest_cudagraph.conformance._progress import check_progress
 
 
 def test_long(request):
@@ -60,7 +60,7 @@ def test_long(request):
 
 
 def test_labelled(request):
-    results.record(request.node, suite.CHECK, "bounded memory")
+    results.record(request.node, _suite.CHECK, "bounded memory")
     check_progress(request, quiet_s=0)("shape 1 of 24")
 """
 
@@ -128,7 +128,7 @@ def test_the_dry_run_says_which_key_it_is_on(
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     pytester.makepyfile(slow_target=SLOW_TARGET)
     result = run_suite("--cudagraph-target", "slow_target:make", "-k", "dry_run")
-    result.assert_outcomes(passed=1, deselected=len(check_needs()) - 1)
+    result.assert_outcomes(passed=1, deselected=len(declared_checks()) - 1)
     result.stdout.fnmatch_lines(
         ["cudagraph: dry run: eager on case ?: key ?, repeat 0 (? of 5 keys) (? s)"]
     )

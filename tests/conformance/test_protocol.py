@@ -1,19 +1,28 @@
-"""The protocol a target author writes (pytest_cudagraph.conformance.protocol), on the CPU: the
-core and the contract checked when a target is made, each capability checking its own fields,
-the fields the adapters take by name being the target's own, and the cases over the keys. Each
-refusal names ``Class.field``, the rule and the value."""
+"""The protocol a target author writes (pytest_cudagraph.conformance._protocol), on the CPU: the
+doors export exactly what they list, the core and the contract are checked when a target is
+made, each capability checks its own fields, the fields the adapters take by name are the
+target's own, the adapters key each call by the target's keys, and the cases go over the keys.
+Each refusal names ``Class.field``, the rule and the value."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import dataclasses
+import importlib
 import multiprocessing
+import subprocess
+import sys
 import threading
+import types
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
 
+import pytest_cudagraph
+import pytest_cudagraph.conformance as door
 from pytest_cudagraph.conformance import (
     EXACT,
     NEXT_CALL,
@@ -31,14 +40,24 @@ from pytest_cudagraph.conformance import (
     Tolerance,
     Trajectory,
     Workers,
+    compiled,
+    graphed_callables,
 )
-from pytest_cudagraph.conformance.protocol import CAPABILITIES, MAX_PADDED_ROWS
+from pytest_cudagraph.conformance._judging import (
+    case_of,
+    describe_tolerance,
+    differences,
+    draw,
+    numbered,
+)
+from pytest_cudagraph.conformance._protocol import CAPABILITIES, MAX_PADDED_ROWS
 from pytest_cudagraph.engines import compare
+from pytest_cudagraph.skips import needs_cuda
 
 CPU = torch.device("cpu")
 
 
-def draw(generator: torch.Generator, case: Case) -> dict[str, torch.Tensor]:
+def draw_x(generator: torch.Generator, case: Case) -> dict[str, torch.Tensor]:
     return {"x": torch.randn(case.key, generator=generator)}
 
 
@@ -49,7 +68,7 @@ def target_with(**changes: object) -> CudaGraphTarget:
         eager=lambda inputs: {"logits": inputs["x"] * 2, "cache": inputs["x"]},
         graphed=None,
         keys=[3],
-        draw=draw,
+        draw=draw_x,
         key_of=lambda inputs: inputs["x"].shape,
     )
     return CudaGraphTarget(**{**fields, **changes})
@@ -57,19 +76,25 @@ def target_with(**changes: object) -> CudaGraphTarget:
 
 def test_one_key_and_no_graphed_side_away_from_cuda_make_a_valid_target() -> None:
     target = target_with()
-    assert (target.num_keys, target.cache, target.sampling) == (1, None, None)
+    assert (list(target.keys), target.graphed, target.cache, target.sampling) == (
+        [3],
+        None,
+        None,
+        None,
+    )
 
 
 def test_case_numbers_cycle_through_the_keys() -> None:
     target = target_with(keys=[2, 3, 5])
-    assert [target.case(number) for number in (0, 4, 8)] == [
+    assert [numbered(target, number) for number in (0, 4, 8)] == [
         Case(0, 2, 0),
         Case(4, 3, 1),
         Case(8, 5, 2),
     ]
-    inputs = target.make_inputs(torch.Generator().manual_seed(0), 4)
+    assert case_of(target, 3, repeat=1) == numbered(target, 4)
+    inputs = draw(target, numbered(target, 4), seed=0)
     assert inputs["x"].shape == (3,)
-    assert target_with(keys=range(10**9)).case(10**9 + 7) == Case(10**9 + 7, 7, 1)
+    assert numbered(target_with(keys=range(10**9)), 10**9 + 7) == Case(10**9 + 7, 7, 1)
 
 
 def test_the_graphed_side_is_required_on_cuda() -> None:
@@ -85,9 +110,16 @@ def test_the_declared_contract_is_accepted() -> None:
         threads=SERIAL,
         guards=Guards({"bf16 off": (lambda: None, "needs bf16")}, (AssertionError, ValueError)),
     )
-    assert target.tolerance_of("logits") == Tolerance(atol=1e-3)
-    assert target.tolerance_of("cache") == EXACT
-    assert target.describe_tolerance() == "'logits' atol 0.001, rtol 0; other parts exact"
+    assert target.tolerance == {"logits": Tolerance(atol=1e-3)}
+    assert describe_tolerance(target) == "'logits' atol 0.001, rtol 0; other parts exact"
+    # Each part is held to its own tolerance; a part not named is exact.
+    x = torch.zeros(3)
+    eager = {"logits": torch.zeros(3), "cache": torch.zeros(3)}
+    within = {"logits": torch.full((3,), 5e-4), "cache": torch.zeros(3)}
+    assert differences(target, {"x": x}, eager, within) == []
+    beyond = {"logits": torch.zeros(3), "cache": torch.full((3,), 1e-6)}
+    found = differences(target, {"x": x}, eager, beyond)
+    assert len(found) == 1 and "cache" in found[0] and "logits" not in found[0]
 
 
 @pytest.mark.parametrize(
@@ -116,6 +148,8 @@ def test_the_declared_contract_is_accepted() -> None:
         ({"keys": [[1]]}, TypeError, "CudaGraphTarget.keys[0] must be hashable, got list [1]"),
         ({"keys": range(0)}, ValueError, "CudaGraphTarget.keys must hold at least one graph key"),
         ({"draw": None}, TypeError, "CudaGraphTarget.draw must be callable, got NoneType"),
+        ({"draw": 3}, TypeError, "CudaGraphTarget.draw must be callable, got int"),
+        ({"eager": "f"}, TypeError, "CudaGraphTarget.eager must be callable, got str"),
         (
             {"tolerance": {}},
             ValueError,
@@ -173,7 +207,7 @@ def test_every_capability_is_accepted_in_its_slot_with_its_defaults() -> None:
     )
     target = target_with(**given)
     assert {kind.SLOT for kind in CAPABILITIES} == set(given)
-    assert all(target.capability(type(value)) is value for value in given.values())
+    assert all(getattr(target, type(value).SLOT) is value for value in given.values())
     assert (padding.junk, trajectory.teacher_forced, trajectory.case) == (None, False, 0)
     assert Guards({"m": (lambda: None, "x")}).refusal_errors == (
         ValueError,
@@ -396,7 +430,7 @@ def test_a_key_that_no_call_could_find_again_is_named(
 ) -> None:
     target = target_with(key_of=key_of)
     with pytest.raises(TypeError, match=rf"CudaGraphTarget.{message}"):
-        target.key_of(target.make_inputs(torch.Generator(), 0))
+        target.key_of(draw_x(torch.Generator(), Case(0, 3, 0)))
     assert target_with().key_of({"x": torch.zeros(3)}) == (3,)
 
 
@@ -450,3 +484,148 @@ def test_a_capability_field_is_checked_in_each_of_its_parts(
 ) -> None:
     with pytest.raises(error, match=message):
         make()  # type: ignore[operator]
+
+
+# The doors: each exports exactly the names of its ``if TYPE_CHECKING:`` imports, resolved on
+# first use, so that importing it imports no torch.
+
+# What a target author writes, and nothing else.
+DOOR_NAMES = {
+    *("CudaGraphTarget", "TargetOptions", "Case", "Inputs", "Cache", "State", "Sampling"),
+    *("Guards", "Workers", "Fallbacks", "CaptureClean", "Padding", "Trajectory", "Tolerance"),
+    *("EXACT", "OWNED", "NEXT_CALL_OF_KEY", "NEXT_CALL", "CONCURRENT", "SERIAL", "SINGLE"),
+    *("OutputLifetime", "Threads", "TargetError", "validate_target", "compiled"),
+    *("graphed_callables", "hand_written", "InductorSkips", "graphs_on"),
+}
+# What the package root defines itself beside the names it imports.
+ROOT_DEFINED = {"__version__", "PytestCudagraphDeprecationWarning"}
+
+
+def type_checking_imports(package: types.ModuleType) -> dict[str, str]:
+    """Name -> the module it comes from, for each ``from module import Name as Name`` in the
+    ``if TYPE_CHECKING:`` block of the package's ``__init__.py``, read from its source."""
+    assert package.__file__ is not None
+    tree = ast.parse(Path(package.__file__).read_text(encoding="utf-8"))
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for statement in node.body:
+                assert isinstance(statement, ast.ImportFrom) and statement.module
+                for alias in statement.names:
+                    assert alias.asname == alias.name, "a re-export is spelt `import X as X`"
+                    assert alias.name not in found, f"{alias.name} is imported twice"
+                    found[alias.name] = statement.module
+    return found
+
+
+@pytest.mark.parametrize(
+    ("package", "defined"),
+    [(door, set()), (pytest_cudagraph, ROOT_DEFINED)],
+    ids=["conformance", "root"],
+)
+def test_a_door_exports_exactly_its_type_checking_imports_each_resolving(
+    package: types.ModuleType, defined: set[str]
+) -> None:
+    imports = type_checking_imports(package)
+    assert imports, "the door lists its names in its TYPE_CHECKING imports"
+    assert sorted(package.__all__) == sorted({*imports, *defined})
+    assert len(set(package.__all__)) == len(package.__all__)
+    for name, module in imports.items():
+        assert getattr(package, name) is getattr(importlib.import_module(module), name), name
+    assert set(package.__all__) <= set(dir(package))
+    with pytest.raises(AttributeError, match=rf"module '{package.__name__}' has no attribute"):
+        package.NotExported  # noqa: B018
+
+
+def test_the_conformance_door_exports_what_a_target_author_writes_and_nothing_else() -> None:
+    assert set(door.__all__) == DOOR_NAMES
+    assert all(
+        module.startswith("pytest_cudagraph.conformance._")
+        for module in type_checking_imports(door).values()
+    )
+
+
+IMPORT_THE_DOORS = """\
+import sys
+import pytest_cudagraph
+import pytest_cudagraph.conformance as door
+assert "torch" not in sys.modules, "importing the doors imported torch"
+assert sorted(door.__all__) == sys.argv[1:], sorted(door.__all__)
+listed = set(door.__all__) | set(pytest_cudagraph.__all__)
+assert set(door.__all__) <= set(dir(door)), "dir() of the door leaves names out"
+from pytest_cudagraph.conformance import *
+from pytest_cudagraph import *
+print(sorted(listed - set(globals())))
+"""
+
+
+def test_importing_the_doors_imports_no_torch_and_every_name_resolves() -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", IMPORT_THE_DOORS, *sorted(DOOR_NAMES)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "[]\n"  # a star import of each door binds each of its names
+
+
+# The adapters key each call by the target's keys
+
+
+def scaled(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return x * scale
+
+
+def rows_and_scale(generator: torch.Generator, case: Case) -> dict[str, object]:
+    device = generator.device
+    return {"x": torch.randn(case.key, 4, generator=generator, device=device), "scale": 2.0}
+
+
+@pytest.mark.parametrize(
+    ("adapter", "unkeyed"),
+    [
+        (compiled, (("x", (7, 4), "torch.float32"),)),
+        (graphed_callables, (((7, 4), "torch.float32"),)),
+    ],
+    ids=["compiled", "graphed_callables"],
+)
+def test_the_adapters_default_key_is_the_target_key_whose_draw_has_those_shapes(
+    adapter: Callable[..., CudaGraphTarget], unkeyed: object
+) -> None:
+    target = adapter(scaled, device=CPU, keys=[5, 2, 3], draw=rows_and_scale)
+    for number in range(6):
+        case = numbered(target, number)
+        assert target.key_of(draw(target, case, seed=number)) == case.key
+    # Shapes no key's draw has keep their shapes as their key, which is none of the keys.
+    assert target.key_of({"x": torch.zeros(7, 4), "scale": 2.0}) == unkeyed
+
+
+def test_graphed_callables_gives_its_cached_keys_only_where_it_keys_the_calls_itself() -> None:
+    def keyed(**given: object) -> CudaGraphTarget:
+        return graphed_callables(scaled, device=CPU, keys=[2, 3], draw=rows_and_scale, **given)
+
+    cache = keyed().cache
+    assert cache is not None and cache.cached_keys is not None and list(cache.cached_keys()) == []
+    own_key = keyed(key_of=lambda inputs: inputs["x"].shape[0]).cache
+    own_call = keyed(call=lambda step, model, inputs: step(*inputs.values())).cache
+    assert own_key is not None and own_key.cached_keys is None
+    assert own_call is not None and own_call.cached_keys is None
+
+
+@needs_cuda
+def test_graphed_callables_cached_keys_are_the_target_keys() -> None:
+    device = torch.device("cuda", 0)
+    target = graphed_callables(
+        torch.nn.Linear(4, 4).to(device),
+        device=device,
+        keys=[2, 3],
+        draw=lambda generator, case: {"x": rows_and_scale(generator, case)["x"]},
+    )
+    assert target.cache is not None and target.cache.cached_keys is not None
+    assert target.graphed is not None and target.cache.reset is not None
+    for key in (3, 2, 3):
+        target.graphed(draw(target, case_of(target, key), seed=0))
+    assert list(target.cache.cached_keys()) == [3, 2]
+    target.cache.reset()
+    assert list(target.cache.cached_keys()) == []

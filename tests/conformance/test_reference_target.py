@@ -11,8 +11,9 @@ import pytest
 import torch
 from suite_runner import table_verdicts
 
+from pytest_cudagraph.conformance._judging import draw, numbered
 from reasyn_ref.bucketing import bucket_batch, bucket_seq
-from reasyn_ref.graph_cache import check_graph_step
+from reasyn_ref.graph_cache import GraphKey, check_graph_step
 from reasyn_ref.targets.reference import (
     BAD_INPUTS,
     LARGEST_CASE,
@@ -33,23 +34,38 @@ def reference() -> ReferenceTarget:
 def test_cases_cycle_through_sixty_distinct_keys() -> None:
     assert NUM_KEYS == 60
     assert len({key_for_case(case) for case in range(NUM_KEYS)}) == NUM_KEYS
-    assert key_for_case(7) == key_for_case(7 + NUM_KEYS) == (4, 256, 128, True)
-    assert key_for_case(LARGEST_CASE) == (16, 256, 192, False)
+    assert key_for_case(7) == key_for_case(7 + NUM_KEYS) == GraphKey(4, 256, 128, True, True)
+    assert key_for_case(LARGEST_CASE) == GraphKey(16, 256, 192, True, False)
+    # A batch of one row holds its own memory: no key of one row is shared.
+    assert key_for_case(10) == GraphKey(1, 192, 128, True, False)
     sizes = {
-        case: key_for_case(case)[0] * key_for_case(case)[1] * key_for_case(case)[2]
+        case: key_for_case(case).batch * key_for_case(case).seq * key_for_case(case).memory_len
         for case in range(NUM_KEYS)
     }
     assert max(sizes, key=sizes.get) == LARGEST_CASE
 
 
-@pytest.mark.parametrize("case", [0, 1, 4, 7, LARGEST_CASE])
+def test_each_case_lands_in_its_key_as_the_graph_cache_computes_it(
+    reference: ReferenceTarget,
+) -> None:
+    """key_of is the cache's own key of a step: every case of the target draws inputs whose
+    key is the case's, as the suite's contract check demands."""
+    target = reference.as_target()
+    assert list(target.keys) == [key_for_case(case) for case in range(NUM_KEYS)]
+    for number in range(NUM_KEYS):
+        case = numbered(target, number)
+        assert target.key_of(draw(target, case, seed=number)) == case.key, number
+
+
+@pytest.mark.parametrize("case", [0, 1, 4, 7, 10, LARGEST_CASE])
 def test_inputs_are_one_sampler_step_in_the_bucketed_layout(
     reference: ReferenceTarget, case: int
 ) -> None:
-    batch, seq, memory_len, shared = key_for_case(case)
+    key = key_for_case(case)
+    batch, seq, memory_len, shared = key.batch, key.seq, key.memory_len, key.shared_memory
     for seed in range(3):
         inputs = reference.make_inputs(torch.Generator().manual_seed(seed), case)
-        assert reference.key_of(inputs) == (batch, seq, memory_len, True, shared and batch > 1)
+        assert reference.key_of(inputs) == key
         if shared:  # one target's memory and mask viewed over the batch, as the sampler has it
             assert inputs["memory"].stride(0) == inputs["memory_padding_mask"].stride(0) == 0
         tokens, gather, rows = inputs["tokens"], inputs["gather"], inputs["rows"]
@@ -100,4 +116,8 @@ def test_the_suite_dry_runs_the_lean_step_on_every_key_on_the_cpu(
     result = run_suite("--cudagraph-target", "reasyn-lean", "-k", "target")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     assert table_verdicts(result) == {"dry run": "passed", "target contract": "passed"}
-    result.stdout.fnmatch_lines(["  dry run * passed * eager once on each of 60 keys"])
+    # draw, key_of, eager, Cache.reset, Sampling.sample, Padding.make_inputs and
+    # Trajectory.next_inputs
+    result.stdout.fnmatch_lines(
+        ["  dry run * passed * eager once on each of 60 keys; 7 of your callables ran"]
+    )

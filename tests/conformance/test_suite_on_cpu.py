@@ -7,6 +7,7 @@ error), the figures' named values, and what a user sees for a bad target spec.""
 
 from __future__ import annotations
 
+import functools
 import json
 import types
 from collections.abc import Callable
@@ -16,25 +17,27 @@ from results_schema import assert_valid_results
 from suite_runner import plugin_arguments, table_verdicts
 
 from pytest_cudagraph import results
-from pytest_cudagraph.conformance import loading, suite
-from pytest_cudagraph.conformance.catalog import check_needs
-from pytest_cudagraph.conformance.suite import CheckRow, ConformanceTable, format_table
+from pytest_cudagraph.conformance import _loading, _suite
+from pytest_cudagraph.conformance._catalog import declared_checks
+from pytest_cudagraph.conformance._suite import CheckRow, ConformanceTable, format_table
+from pytest_cudagraph.conformance._verdict import SHOWN_PROBLEMS, Judgement
 from pytest_cudagraph.skips import NEEDS_CUDA
 
 # Each test runs the conformance suite in a run of its own (the README's test command leaves it out).
 pytestmark = pytest.mark.slow
 
-# The suite's checks, as the checks themselves say whether they need CUDA.
-CPU_CHECKS = {row.check for row in check_needs() if not row.cuda}
-GPU_CHECKS = {row.check for row in check_needs() if row.cuda}
+# The suite's checks, as their declarations say where they can judge.
+CPU_CHECKS = {check.name for check in declared_checks() if check.runs_on == "cpu"}
+GPU_CHECKS = {check.name for check in declared_checks() if check.runs_on != "cpu"}
 
 
 @pytest.fixture
 def run_on_cpu(
     run_suite: Callable[..., pytest.RunResult], monkeypatch: pytest.MonkeyPatch
 ) -> Callable[..., pytest.RunResult]:
+    """The suite without CUDA and without emulated graphs: what a GPU-less run judges alone."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    return run_suite
+    return functools.partial(run_suite, "--cudagraph-emulate=off")
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
@@ -54,7 +57,9 @@ def test_cpu_checks_pass_and_gpu_checks_skip_saying_why(
             # The rows of the checks that need CUDA, collapsed into an account of the run.
             f"  {len(GPU_CHECKS)} checks need CUDA and skipped ({NEEDS_CUDA}): parity, no baked inputs, *",
             "Without CUDA no graph was captured, replayed or judged: *",
-            "Of your code, draw, key_of and eager ran (the dry run); your graphed side did not run.",
+            "Of your code, draw, key_of, eager, Cache.reset, Sampling.sample, "
+            "Padding.make_inputs and Trajectory.next_inputs ran (the dry run); your graphed "
+            "side did not run.",
             "On a GPU, 8 checks would still skip unless the factory gives there what the target "
             "made for the CPU lacks: capture clean forward (needs capture_clean), bounded memory "
             "(needs cache.capacity, cache.largest_key), *",
@@ -86,7 +91,16 @@ def test_the_json_keeps_every_row_and_the_account(
         "parity": ("skipped", NEEDS_CUDA),
         "identical sampling": ("skipped", NEEDS_CUDA),
     }
-    assert conformance["account"]["ran"] == ["draw", "key_of", "eager"]
+    assert conformance["account"]["ran"] == [
+        "draw",
+        "key_of",
+        "eager",
+        "Cache.reset",
+        "Sampling.sample",
+        "Padding.make_inputs",
+        "Trajectory.next_inputs",
+    ]
+    assert conformance["account"]["could_not"] == []  # nothing the CPU target gives needs CUDA
     assert "identical sampling" not in conformance["account"]["gpu_skips"]  # reasyn samples
     assert conformance["account"]["gpu_skips"]["state reset"] == ["state.reset"]
 
@@ -157,7 +171,7 @@ def test_a_suite_run_with_no_target_chosen_is_a_usage_error_like_a_bad_spec(
 ) -> None:
     """Before the run, with exit status 4, as a spec that cannot be loaded is."""
     monkeypatch.delenv("PYTEST_CUDAGRAPH_TARGET", raising=False)
-    monkeypatch.setattr(loading, "installed_targets", lambda: installed)
+    monkeypatch.setattr(_loading, "installed_targets", lambda: installed)
     result = pytester.runpytest_inprocess(
         "--pyargs", "pytest_cudagraph.conformance", *plugin_arguments()
     )
@@ -187,11 +201,28 @@ def test_rows_are_the_suites_checks_only(
     run_on_cpu: Callable[..., pytest.RunResult], pytester: pytest.Pytester
 ) -> None:
     """A test of the user's named like a check is no row; the suite's checks are rows under the
-    names their functions give ("test_worker_refusal" -> "worker refusal")."""
+    names their declarations give (``@check("worker refusal", ...)``)."""
     pytester.makepyfile(test_mine="def test_guards(): pass\n")
     result = run_on_cpu("--cudagraph-target", "reasyn", "-k", "guards or refusal", "test_mine.py")
     result.assert_outcomes(passed=3)
     assert table_verdicts(result) == {"guards": "passed", "worker refusal": "passed"}
+
+
+def test_a_run_of_checks_that_all_need_cuda_ends_with_the_account_alone(
+    run_on_cpu: Callable[..., pytest.RunResult],
+) -> None:
+    result = run_on_cpu("--cudagraph-target", "reasyn", "-k", "parity or trajectory")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(skipped=2)
+    assert "summary failed" not in result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "conformance of reasyn (2 skipped):",
+            f"  2 checks need CUDA and skipped ({NEEDS_CUDA}): parity, trajectory",
+            "Without CUDA no graph was captured, replayed or judged: *",
+            "The dry run did not run: none of your code was called.",
+        ]
+    )
 
 
 def test_the_table_aligns_columns_and_shows_the_figure_or_the_reason() -> None:
@@ -211,8 +242,12 @@ def test_the_table_aligns_columns_and_shows_the_figure_or_the_reason() -> None:
 def make_report(
     when: str, outcome: str, longrepr: object = None, **extra: object
 ) -> pytest.TestReport:
-    location = ("pytest_cudagraph/conformance/test_08_lock_safety.py", 20, "test_lock_safety")
-    label = results.envelope(suite.CHECK, "lock safety")
+    location = (
+        "pytest_cudagraph/conformance/checks/test_08_lock_safety.py",
+        20,
+        "test_lock_safety",
+    )
+    label = results.envelope(_suite.CHECK, "lock safety")
     extra["user_properties"] = [label, *extra.get("user_properties", [])]
     return pytest.TestReport(
         "test_08_lock_safety.py::test_lock_safety",
@@ -223,6 +258,49 @@ def make_report(
         when,
         **extra,
     )
+
+
+def account_entry(**account: object) -> tuple[str, object]:
+    """The ``user_properties`` entry ``record_account`` makes."""
+    return results.envelope(_suite.ACCOUNT, account)
+
+
+@pytest.mark.parametrize(
+    ("could_not", "said"),
+    [
+        (["Cache.reset", "State.sides"], ["Without CUDA, Cache.reset, State.sides could not run."]),
+        ([], []),
+        (None, []),  # an account recorded without it (a worker of an older plugin)
+    ],
+    ids=["some", "none", "not recorded"],
+)
+def test_the_account_says_which_of_the_users_code_could_not_run_without_cuda(
+    could_not: list[str] | None, said: list[str]
+) -> None:
+    account: dict[str, object] = {"ran": ["draw", "key_of", "eager"], "gpu_skips": {}}
+    if could_not is not None:
+        account["could_not"] = could_not
+    table = ConformanceTable("mine:make")
+    skipped = ("x.py", 1, f"Skipped: {NEEDS_CUDA}")
+    table.pytest_runtest_logreport(
+        make_report("setup", "skipped", skipped, user_properties=[account_entry(**account)])
+    )
+    data = table.data()
+    assert data is not None and data["account"]["could_not"] == (could_not or [])
+    # The one row needs CUDA: no table above the account, and the count said in the singular.
+    assert table.lines(data) == [
+        "conformance of mine:make (1 skipped):",
+        f"  1 check needs CUDA and skipped ({NEEDS_CUDA}): lock safety",
+        "Without CUDA no graph was captured, replayed or judged: a green table here says only "
+        "that the rows above passed.",
+        "Of your code, draw, key_of and eager ran (the dry run); your graphed side did not run.",
+        *said,
+        "The target made for the CPU gives what every check needs.",
+    ]
+
+
+def test_an_empty_table_has_its_header_only() -> None:
+    assert format_table([]) == ["  check  verdict  seconds  figure"]
 
 
 def test_a_row_keeps_the_figure_and_the_first_failure() -> None:
@@ -274,7 +352,7 @@ def test_a_row_shows_the_first_problem_and_keeps_every_line() -> None:
 
 def figure_entry(text: str, **values: float) -> tuple[str, object]:
     """The ``user_properties`` entry ``record_figure(text, **values)`` makes."""
-    return results.envelope(suite.FIGURE, {"figure": text, "values": values})
+    return results.envelope(_suite.FIGURE, {"figure": text, "values": values})
 
 
 def test_a_later_pass_never_overwrites_a_failure() -> None:
@@ -302,6 +380,7 @@ def test_a_later_pass_never_overwrites_a_failure() -> None:
         "figure": "2 of 3 modes refused",
         "values": {"refused": 2},
         "reason": "AssertionError: accepted",
+        "emulated": False,
     }
 
 
@@ -318,6 +397,21 @@ def test_an_error_at_set_up_is_an_error_row_with_its_reason() -> None:
         "Failed: the target's lock was held before this check",
     )
     assert table.lines(table.data())[0] == "conformance of mine:make (1 error):"  # as pytest says
+
+
+@pytest.mark.parametrize(("outcome", "marked"), [("passed", True), ("skipped", False)])
+def test_only_a_check_whose_call_ran_is_marked_judged_on_emulated_graphs(
+    outcome: str, marked: bool
+) -> None:
+    """A check skipped in its call (needs CUDA, say) judged nothing, emulated or not."""
+    emulated = [results.envelope(_suite.EMULATED, True)]
+    table = ConformanceTable("mine:make")
+    table.pytest_runtest_logreport(make_report("setup", "passed", user_properties=emulated))
+    longrepr = ("test_08_lock_safety.py", 20, "Skipped: no") if outcome == "skipped" else None
+    table.pytest_runtest_logreport(make_report("call", outcome, longrepr, user_properties=emulated))
+    table.pytest_runtest_logreport(make_report("teardown", "passed", user_properties=emulated))
+    [row] = table.data()["rows"]
+    assert (row["verdict"], row["emulated"]) == (outcome, marked)
 
 
 @pytest.mark.parametrize(
@@ -348,12 +442,45 @@ def test_record_figure_takes_text_and_finite_numbers(
 ) -> None:
     item = pytester.getitem("def test_func(): pass")
     with pytest.raises(error, match=f"^record_figure: {message}$"):
-        suite.record_figure(item, figure, **values)
+        _suite.record_figure(item, figure, **values)
     assert item.user_properties == []
-    suite.record_figure(item, "24 shapes", peak_mib=350.5, shapes=24)
+    _suite.record_figure(item, "24 shapes", peak_mib=350.5, shapes=24)
     assert results.plugin_values(item.user_properties) == [
-        (suite.FIGURE, {"figure": "24 shapes", "values": {"peak_mib": 350.5, "shapes": 24}})
+        (_suite.FIGURE, {"figure": "24 shapes", "values": {"peak_mib": 350.5, "shapes": 24}})
     ]
+
+
+def test_conclude_records_the_figure_then_gives_the_verdict(pytester: pytest.Pytester) -> None:
+    """How every check ends: the figure (the judgement's, then ``also``) and its values are
+    recorded whatever the verdict; problems fail under the headline (at most SHOWN_PROBLEMS of
+    them); nothing judged fails as not exercised; else the check passes."""
+    item = pytester.getitem("def test_func(): pass")
+    conclude = _suite.Conclude(item)
+
+    def recorded() -> object:
+        return dict(results.plugin_values(item.user_properties))[_suite.FIGURE]
+
+    conclude(Judgement([], "4 calls", 4, "calls", {"calls": 4}), "never shown", also="2 captures")
+    assert recorded() == {"figure": "4 calls; 2 captures", "values": {"calls": 4}}
+    problems = [f"call {n} differs" for n in range(SHOWN_PROBLEMS + 2)]
+    with pytest.raises(pytest.fail.Exception) as failure:
+        conclude(Judgement(problems, "12 calls", 12, "calls"), "graphed differs from eager:")
+    assert not failure.value.pytrace
+    assert str(failure.value).splitlines() == [
+        "graphed differs from eager:",
+        *problems[:SHOWN_PROBLEMS],
+        "... and 2 more",
+    ]
+    assert recorded() == {"figure": "12 calls", "values": {}}
+    with pytest.raises(pytest.fail.Exception) as failure:
+        conclude(Judgement([], "0 keys", 0, "calls compared"), "never shown", also="no capture")
+    assert str(failure.value) == (
+        "not exercised: this check judged 0 calls compared (0 keys; no capture); a check that "
+        "judged nothing does not pass"
+    )
+    assert recorded() == {"figure": "0 keys; no capture", "values": {}}
+    with pytest.raises(ValueError, match=r"^record_figure: peak_mib must be finite, got nan$"):
+        conclude(Judgement([], "x", 1, "calls", {"peak_mib": float("nan")}), "never shown")
 
 
 FLAKY_GUARD_TARGET = """
@@ -382,7 +509,7 @@ def test_a_check_run_twice_that_failed_once_stays_failed(
 ) -> None:
     pytester.makepyfile(flaky_guard=FLAKY_GUARD_TARGET)
     result = run_on_cpu(
-        "pytest_cudagraph.conformance.test_07_guards",
+        "pytest_cudagraph.conformance.checks.test_07_guards",
         "--keep-duplicates",
         "-k",
         "guards",
@@ -429,5 +556,5 @@ def test_a_check_that_errors_at_set_up_is_an_error_row(
 def test_record_figure_refuses_an_infinity(pytester: pytest.Pytester, value: float) -> None:
     item = pytester.getitem("def test_func(): pass")
     with pytest.raises(ValueError, match=r"^record_figure: peak_mib must be finite, got -?inf$"):
-        suite.record_figure(item, "x", peak_mib=value)
+        _suite.record_figure(item, "x", peak_mib=value)
     assert item.user_properties == []

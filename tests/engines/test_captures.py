@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 import threading
 import time
+from typing import ClassVar
 
 import pytest
+import torch
+from graph_stand_ins import StandInGraph
 
 from pytest_cudagraph.engines.captures import Capture, CaptureCounter, replays_to_repay
 
@@ -248,7 +251,10 @@ def test_a_call_labels_the_captures_of_any_thread_with_its_key_and_round(
         worker.join(5)
         with counter.key("own"):
             capture(graph_class())
-    assert [(c.key, c.round) for c in counter.captures] == [("k", 1), ("own", None)]
+    assert [(c.key, c.round, c.call) for c in counter.captures] == [
+        ("k", 1, 0),
+        ("own", None, None),
+    ]
 
 
 def test_a_keys_graphs_of_one_round_are_one_capture_and_a_later_rounds_another(
@@ -277,3 +283,243 @@ def test_after_capture_is_called_after_each_counted_capture(graph_class: type) -
         capture(graph_class())
         capture(graph_class())
     assert seen == [1, 2]
+
+
+def test_calls_are_numbered_and_each_capture_knows_its_call_and_the_calls_that_replayed_it(
+    graph_class: type,
+) -> None:
+    graph, other = graph_class(), graph_class()
+    with CaptureCounter(graph_class) as counter:
+        with counter.call("k", 0) as first:
+            capture(graph)
+            graph.replay()
+        graph.replay()  # in no call: a replay, in no call's set
+        with counter.call("k", 1) as second:
+            graph.replay()
+            graph.replay()
+        with counter.call("j", 1) as third:
+            capture(other)
+    assert (first, second, third, counter.calls) == (0, 1, 2, 3)
+    served, unserved = counter.captures
+    assert (served.call, served.replays, served.replayed_in) == (0, 4, frozenset({0, 1}))
+    assert (unserved.call, unserved.replayed_in) == (2, frozenset())
+
+
+class Throwaway:
+    """A runner whose real graphs were captured before the check; each call it captures one
+    unrelated graph and replays it once, in that call, beside its real graph."""
+
+    def __init__(self, graph_class: type) -> None:
+        self.graph_class = graph_class
+        self.real = graph_class()
+        capture(self.real)
+
+    def __call__(self) -> None:
+        throwaway = self.graph_class()
+        capture(throwaway)
+        throwaway.replay()
+        self.real.replay()
+
+
+def test_a_capture_witnessed_for_a_key_serves_a_later_call_of_it(graph_class: type) -> None:
+    """A graph replayed only in the call that captured it proves nothing of the key's graphs."""
+    runner = Throwaway(graph_class)
+    cache = Cache(graph_class)
+    with CaptureCounter(graph_class) as counter:
+        for round_number in range(3):
+            with counter.call("thrown", round_number):
+                runner()
+            with counter.call("cached", round_number):
+                cache(1)
+    assert counter.witnessed(["thrown"]) == []
+    [witnessed] = counter.witnessed(["thrown", "cached"])
+    assert (witnessed.key, witnessed.call, witnessed.replayed_in) == (
+        "cached",
+        1,
+        frozenset({1, 3, 5}),
+    )
+    assert counter.witnessed(["other"]) == []
+
+
+def test_a_capture_replayed_in_one_later_call_is_witnessed(graph_class: type) -> None:
+    graph = graph_class()
+    with CaptureCounter(graph_class) as counter:
+        with counter.call("k", 0):
+            capture(graph)
+        with counter.call("k", 1):
+            graph.replay()
+    assert [capture.call for capture in counter.witnessed(["k"])] == [0]
+
+
+class SetDefault:
+    """``graphs.setdefault(key, captured())``: the default is captured on every call, and only
+    the first graph is replayed."""
+
+    def __init__(self, graph_class: type) -> None:
+        self.graph_class, self.graphs = graph_class, {}
+
+    def captured(self) -> BaseGraph:
+        graph = self.graph_class()
+        capture(graph)
+        return graph
+
+    def __call__(self, key: int) -> None:
+        self.graphs.setdefault(key, self.captured()).replay()
+
+
+def test_a_key_captured_in_a_later_round_is_captured_again_replayed_or_not(
+    graph_class: type,
+) -> None:
+    cache = SetDefault(graph_class)
+    with CaptureCounter(graph_class) as counter:
+        for round_number in range(3):
+            for key in (1, 2):
+                with counter.call(key, round_number):
+                    cache(key)
+    assert counter.served_captures_per_key() == {1: 1, 2: 1}
+    assert counter.keys_captured_again() == {1: 3, 2: 3}
+    cache = SetDefault(graph_class)
+    with CaptureCounter(graph_class) as counter:
+        for _ in range(2):
+            with counter.key(1):
+                cache(1)
+    assert counter.recaptured_keys() == {1: 2}
+
+
+class Compiled:
+    """Like torch.compile's cudagraph trees: the first call runs without a graph and builds
+    the tree manager, which captures an empty graph to hold its pool, never replayed; the
+    second records the key's graph; later calls replay it."""
+
+    def __init__(self, graph_class: type) -> None:
+        self.graph_class, self.calls, self.graph = graph_class, 0, graph_class()
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            capture(self.graph_class())  # the pool's graph
+            return
+        if self.calls == 2:
+            capture(self.graph)
+        self.graph.replay()
+
+
+def test_a_graph_never_replayed_before_its_key_served_a_replay_is_no_capture_of_it(
+    graph_class: type,
+) -> None:
+    compiled = Compiled(graph_class)
+    with CaptureCounter(graph_class) as counter:
+        for round_number in range(4):
+            with counter.call("k", round_number):
+                compiled()
+        for _ in range(2):  # unlabelled, replayed: never a key's
+            unlabelled = graph_class()
+            capture(unlabelled)
+            unlabelled.replay()
+        with counter.call("k", 4):
+            capture(graph_class())  # after the key served replays: captured again
+    assert counter.captures_per_key() == {"k": 3, None: 2}
+    assert [c.follows_replay for c in counter.captures] == [False, False, False, False, True]
+    assert counter.keys_captured_again() == {"k": 2}
+    assert counter.recaptured_keys() == {"k": 2}
+
+
+class Piecewise:
+    """Two graphs per call, around an eager part; ``fallen_back`` runs the second piece
+    eagerly from then on."""
+
+    def __init__(self, graph_class: type) -> None:
+        self.pieces = [graph_class(), graph_class()]
+        for piece in self.pieces:
+            capture(piece)
+        self.fallen_back = False
+
+    def __call__(self) -> None:
+        self.pieces[0].replay()
+        self.pieces[0].replay()  # a graph replayed twice in a call is one graph
+        if not self.fallen_back:
+            self.pieces[1].replay()
+
+
+def test_each_call_counts_the_graphs_it_replayed_captured_before_the_count_too(
+    graph_class: type,
+) -> None:
+    runner = Piecewise(graph_class)
+    with CaptureCounter(graph_class) as counter:
+        with counter.call("k", 0) as first:
+            runner()
+        runner.fallen_back = True
+        with counter.call("k", 1) as second:
+            runner()
+        with counter.call("j", 1) as third:
+            pass
+    assert [counter.graphs_in_call(n) for n in (first, second, third)] == [2, 1, 0]
+    assert [counter.replays_in_call(n) for n in (first, second, third)] == [3, 2, 0]
+    assert counter.most_graphs_per_call() == {"k": 2, "j": 0}
+    assert counter.graphs_in_call(7) == 0 == counter.replays_in_call(7)
+
+
+def test_replays_on_another_thread_inside_a_call_count_for_that_call(graph_class: type) -> None:
+    graph = graph_class()
+    with CaptureCounter(graph_class) as counter:
+        with counter.call("k", 0):
+            worker = threading.Thread(target=lambda: capture(graph))
+            worker.start()
+            worker.join(5)
+        with counter.call("k", 1) as second:
+            worker = threading.Thread(target=graph.replay)
+            worker.start()
+            worker.join(5)
+    assert counter.graphs_in_call(second) == 1
+    assert [capture.replayed_in for capture in counter.witnessed(["k"])] == [frozenset({1})]
+
+
+# What each capture read, wrote and allocated (``record=True``)
+
+
+def test_a_recording_counter_keeps_what_an_emulated_capture_read() -> None:
+    from pytest_cudagraph.engines.emulation import CUDAGraph, emulated_graphs
+
+    weight, static = torch.ones(4), torch.zeros(4)
+    with emulated_graphs(), CaptureCounter(CUDAGraph, record=True) as counter:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = static * weight
+        graph.replay()
+    [capture] = counter.captures
+    assert capture.record is not None
+    assert capture.record.reads_storage_of(weight) and capture.record.reads_storage_of(static)
+    assert not capture.record.reads_storage_of(out)  # the graph's own output, in its pool
+    with emulated_graphs(), CaptureCounter(CUDAGraph) as unrecorded:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static * weight
+    assert unrecorded.captures[0].record is None
+
+
+class LivenessGraph(StandInGraph):
+    """A stand-in whose capture_begin takes torch 2.13's ``check_input_liveness``."""
+
+    asked: ClassVar[list[bool]] = []
+
+    def capture_begin(
+        self, *args: object, check_input_liveness: bool = False, **kwargs: object
+    ) -> None:
+        self.asked.append(check_input_liveness)
+
+
+def test_a_recording_counter_asks_torch_to_check_the_inputs_where_torch_can() -> None:
+    LivenessGraph.asked = []
+    with CaptureCounter(LivenessGraph, record=True):
+        graph = LivenessGraph()
+        graph.capture_begin()
+        graph.capture_end()
+    with CaptureCounter(LivenessGraph):
+        graph = LivenessGraph()
+        graph.capture_begin()
+        graph.capture_end()
+    assert LivenessGraph.asked == [True, False]
+    with CaptureCounter(StandInGraph, record=True):  # a capture_begin that takes no such flag
+        graph = StandInGraph()
+        graph.capture_begin()
+        graph.capture_end()

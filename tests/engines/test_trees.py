@@ -3,6 +3,7 @@ leaves it refuses."""
 
 from __future__ import annotations
 
+import argparse
 import collections
 import dataclasses
 import enum
@@ -54,6 +55,36 @@ def test_every_container_is_walked_and_each_tensor_named() -> None:
         "output['space'].kv",
         "output['frozen'].logits",
     ]
+
+
+def test_an_argparse_namespace_is_a_namespace_walked_copied_and_bounded() -> None:
+    x = torch.ones(1)
+    value = {"args": argparse.Namespace(kv=x, steps=[x])}
+    assert paths(value) == ["output['args'].kv", "output['args'].steps[0]"]
+    copied = trees.snapshot(value)
+    x.zero_()
+    assert isinstance(copied["args"], argparse.Namespace) and copied["args"].kv.item() == 1.0
+    looped = argparse.Namespace(x=x)
+    looped.me = looped
+    with pytest.raises(ValueError, match=r"^output\.me: holds itself \(it is output again\)"):
+        trees.check_bounds(looped, "output")
+
+
+def test_walk_yields_each_container_before_what_it_holds() -> None:
+    x = torch.zeros(1)
+    found = list(trees.walk({"a": [x, 2], "b": types.SimpleNamespace(c="c")}, "v"))
+    assert [path for path, _ in found] == [
+        "v",
+        "v['a']",
+        "v['a'][0]",
+        "v['a'][1]",
+        "v['b']",
+        "v['b'].c",
+    ]
+    assert found[2][1] is x
+    with pytest.raises(ValueError, match=r"nested deeper than 100 containers"):
+        next(trees.walk(nested(trees.MAX_DEPTH), "v"))
+    assert len(list(trees.walk(nested(trees.MAX_DEPTH - 1)))) == trees.MAX_DEPTH + 1
 
 
 def test_root_paths_read_as_call_arguments() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from pytest_cudagraph.conformance.loading import ENTRY_POINT_GROUP
+from pytest_cudagraph.conformance._loading import ENTRY_POINT_GROUP
 
 
 def registered_targets(distribution: str) -> dict[str, str]:

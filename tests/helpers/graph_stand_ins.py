@@ -27,6 +27,14 @@ class StandInGraph:
         self.captured = False
 
 
+def captured() -> StandInGraph:
+    """A stand-in graph, captured (as ``torch.cuda.graph`` leaves one)."""
+    graph = StandInGraph()
+    graph.capture_begin()
+    graph.capture_end()
+    return graph
+
+
 class StandInGraphs:
     """``function`` behind stand-in graphs, one per key (``key_of(inputs)``), captured on the
     key's first call after ``warm_up_calls`` calls without a graph (cudagraph trees warm up on
@@ -48,9 +56,7 @@ class StandInGraphs:
         self.calls[key] = self.calls.get(key, 0) + 1
         if self.calls[key] <= self.warm_up_calls:
             return self.function(inputs)
-        if key not in self.graphs:
-            graph = self.graphs[key] = StandInGraph()
-            graph.capture_begin()
-            graph.capture_end()
+        if key not in self.graphs:  # kept once captured: a failed capture leaves no entry
+            self.graphs[key] = captured()
         self.graphs[key].replay()
         return self.function(inputs)

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
+import pytest_cudagraph
 from pytest_cudagraph import cli, report_markdown, results
-from pytest_cudagraph.conformance import loading
-from pytest_cudagraph.conformance.catalog import check_needs, needs_table
+from pytest_cudagraph.conformance import _loading
+from pytest_cudagraph.conformance._catalog import declared_checks, needs_table
 
 
 def test_the_command_is_installed_with_the_package() -> None:
@@ -152,35 +153,185 @@ def test_report_refuses_a_file_nested_past_what_json_reads(
 
 
 def test_a_report_that_cannot_be_written_is_said_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "results.json"
     path.write_text(json.dumps(a_document()))
-    folder = tmp_path / "out"
-    folder.mkdir()
-    assert cli.main(["report", str(path), "--out", str(folder)]) == 2
+    under_a_file = path / "report.md"
+    assert cli.main(["report", str(path), "--out", str(under_a_file)]) == 2
     assert capsys.readouterr().err == (
-        f"pytest-cudagraph report: --out {folder}: cannot write the report there: Is a "
-        "directory; give a file path\n"
+        f"pytest-cudagraph report: --out {under_a_file}: is under {path}, a file, not a folder: "
+        "give a file path\n"
     )
-    assert cli.main(["report", str(path), "--out", str(folder / "report.md")]) == 0
+
+    def full_disk(source: object, destination: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    out = tmp_path / "deep" / "report.md"
+    assert cli.main(["report", str(path), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"pytest-cudagraph report: --out {out}: cannot write the report there: No space left "
+        "on device; give a file path\n"
+    )
+    assert list(out.parent.iterdir()) == []  # no half-written report, no temporary file
+    monkeypatch.undo()
+    assert cli.main(["report", str(path), "--out", str(out)]) == 0
+
+
+def same_path(results: Path) -> Path:
+    return results
+
+
+def same_path_spelt_otherwise(results: Path) -> Path:
+    return results.parent / "." / results.name
+
+
+def link_to_results(results: Path) -> Path:
+    link = results.with_name("link.json")
+    link.symlink_to(results)
+    return link
+
+
+def hard_link_to_results(results: Path) -> Path:
+    link = results.with_name("other-name.json")
+    link.hardlink_to(results)
+    return link
+
+
+def in_a_linked_folder(results: Path) -> Path:
+    folder = results.parent / "linked"
+    folder.symlink_to(results.parent)
+    return folder / results.name
+
+
+@pytest.mark.parametrize(
+    "out_of",
+    [
+        same_path,
+        same_path_spelt_otherwise,
+        link_to_results,
+        hard_link_to_results,
+        in_a_linked_folder,
+    ],
+    ids=["same path", "spelt otherwise", "symlink", "hard link", "linked folder"],
+)
+def test_the_report_never_replaces_the_results_it_renders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], out_of: Callable[[Path], Path]
+) -> None:
+    """``report results.json --out results.json`` replaced the only record of a GPU run with
+    its Markdown, and exited 0."""
+    path = tmp_path / "results.json"
+    text = json.dumps(a_document())
+    path.write_text(text)
+    out = out_of(path)
+    assert cli.main(["report", str(path), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"pytest-cudagraph report: --out {out}: is the results file it renders ({path}), and "
+        "the report never replaces its results: give another path, such as report.md\n"
+    )
+    assert path.read_text() == text
+
+
+NOT_OURS = "holds a file that is not a report of pytest-cudagraph"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("# my notes\n", NOT_OURS),
+        ("", NOT_OURS),
+        (report_markdown.MARK, NOT_OURS),  # the mark, but not as a line of its own
+        (report_markdown.MARK + " and more\n", NOT_OURS),
+        (f"\n{report_markdown.MARK}\n", NOT_OURS),  # the mark, but not first
+        (None, "is not a regular file: give the path of a new file"),
+        ("folder", "is a folder: give a file path, such as"),
+    ],
+    ids=["notes", "empty", "mark alone", "mark and more", "mark second", "fifo", "folder"],
+)
+def test_the_report_replaces_nothing_but_an_earlier_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, problem: str
+) -> None:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(a_document()))
+    out = tmp_path / "report.md"
+    if content is None:
+        os.mkfifo(out)  # reading it would wait for a writer for ever
+    elif content == "folder":
+        out.mkdir()
+    else:
+        out.write_text(content)
+    assert cli.main(["report", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pytest-cudagraph report: --out {out}: {problem}")
+    assert err.count("\n") == 1
+    if content not in (None, "folder"):
+        assert out.read_text() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md", "results.json"]
+
+
+def test_an_earlier_report_is_replaced_through_a_link(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    document = a_document()
+    path.write_text(json.dumps(document))
+    earlier = tmp_path / "earlier.md"
+    earlier.write_text(report_markdown.render(document | {"date": "then"}))
+    link = tmp_path / "report.md"
+    link.symlink_to(earlier)
+    assert cli.main(["report", str(path), "--out", str(link)]) == 0
+    assert link.is_symlink()
+    assert earlier.read_text() == report_markdown.render(document)
+    assert earlier.read_text().startswith(report_markdown.MARK + "\n# cudagraph results\n")
+
+
+def test_the_docs_quote_the_first_line_of_a_report() -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs" / "plugin.md"
+    assert f"\n    {report_markdown.MARK}\n" in docs.read_text()
+
+
+def test_version_names_the_plugin_and_its_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["--version"])
+    assert stopped.value.code == 0
+    assert capsys.readouterr().out == f"pytest-cudagraph {pytest_cudagraph.__version__}\n"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_cudagraph.cli", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (
+        0,
+        f"pytest-cudagraph {pytest_cudagraph.__version__}\n",
+    )
 
 
 def test_targets_lists_the_installed_targets(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["targets"]) == 0
-    installed = loading.installed_targets()
+    installed = _loading.installed_targets()
     expected = "".join(f"{name}  {value}\n" for name, value in installed.items())
     assert capsys.readouterr().out == (
         expected
-        or f"no conformance targets installed (entry-point group {loading.ENTRY_POINT_GROUP})\n"
+        or f"no conformance targets installed (entry-point group {_loading.ENTRY_POINT_GROUP})\n"
     )
 
 
-def test_checks_lists_what_each_check_needs(capsys: pytest.CaptureFixture[str]) -> None:
+def test_checks_prints_the_table_of_the_checks_declarations(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert cli.main(["checks"]) == 0
     out = capsys.readouterr().out
-    assert out == "\n".join(needs_table(check_needs())) + "\n"
-    assert "| bounded memory | yes | `cache.reset`, `cache.capacity`, `cache.largest_key` |" in out
+    assert out == "\n".join(needs_table(declared_checks())) + "\n"
+    assert out.splitlines()[0] == "| check | judges on | needs | sharper with | witnessed |"
+    assert len(out.splitlines()) == 2 + len(declared_checks())
+    assert (
+        "| bounded memory | a GPU | `cache.reset`, `cache.capacity`, `cache.largest_key` | - | no |"
+        in out
+    )
+    installed = subprocess.run(
+        ["pytest-cudagraph", "checks"], capture_output=True, text=True, check=False
+    )
+    assert (installed.returncode, installed.stdout, installed.stderr) == (0, out, "")
 
 
 @pytest.mark.parametrize("argv", [[], ["report"], ["nothing"]])

@@ -37,9 +37,10 @@ def test_an_unrelated_session_imports_no_torch(pytester: pytest.Pytester) -> Non
 
 
 def test_public_names_are_exported_lazily() -> None:
-    from pytest_cudagraph.conformance.protocol import CudaGraphTarget
+    from pytest_cudagraph.conformance._protocol import CudaGraphTarget
+    from pytest_cudagraph.engines.compare import compare_outputs
     from pytest_cudagraph.engines.faults import FaultInjector
-    from pytest_cudagraph.engines.parity import ParityChecker, compare_outputs
+    from pytest_cudagraph.engines.parity import ParityChecker
 
     assert pytest_cudagraph.ParityChecker is ParityChecker
     assert pytest_cudagraph.compare_outputs is compare_outputs

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 from pytest_cudagraph import report_markdown, results
+from pytest_cudagraph.engines.devices import GpuInfo
 
-FACTS = results.StackFacts("3.12.3", "2.11.0+cu130", "13.0", "580.159.04", "ok")
+H200 = GpuInfo("cuda:0", "NVIDIA H200", 150_121_545_728)
+FACTS = results.StackFacts("3.12.3", "2.11.0+cu130", "13.0", "580.159.04", "ok", [H200])
 
 
 def document(**sections: object) -> dict[str, object]:
@@ -197,7 +199,7 @@ def test_another_plugins_section_is_shown_as_its_json() -> None:
 
 def test_render_titles_the_whole_report() -> None:
     text = report_markdown.render(document(parity=[]), title="nightly")
-    assert text.startswith("# nightly\n\n- date: ")
+    assert text.startswith(f"{report_markdown.MARK}\n# nightly\n\n- date: ")
     assert text.endswith(".\n")  # the session line; the empty parity section says nothing
     assert "Parity" not in text
 
@@ -250,3 +252,92 @@ def test_a_reason_of_several_lines_is_shown_in_one_line_then_whole() -> None:
         "  ```",
         "",
     ]
+
+
+def conformance_on(gpus: list[dict[str, object]], account: object) -> list[str]:
+    """The conformance section of a run whose stack lists ``gpus``, with ``account``."""
+    skipped = {"check": "parity", "verdict": "skipped", "seconds": None, "figure": ""}
+    skipped |= {"reason": "needs CUDA: torch.cuda.is_available() is False", "values": {}}
+    table: dict[str, object] = {"target": "mine:make", "rows": [skipped]}
+    if account is not None:
+        table["account"] = account
+    made = document(conformance=table)
+    made["stack"]["gpus"] = gpus
+    return report_markdown.body_lines(made, 2)[2:]
+
+
+def test_a_run_without_a_gpu_gives_its_account_under_the_table() -> None:
+    """The results of a CPU run hold what it could not judge; the report used to drop it."""
+    account = {
+        "ran": ["draw", "key_of", "eager"],
+        "gpu_skips": {"bounded memory": ["cache.reset", "cache.capacity"], "sampling": ["sampler"]},
+    }
+    lines = conformance_on([], account)
+    assert lines[
+        lines.index("| parity | skipped | - | needs CUDA: torch.cuda.is_available() is False |")
+        + 1 :
+    ] == [
+        "",
+        "Without a GPU:",
+        "",
+        "- No graph was captured, replayed or judged: a passing row above says only that its "
+        "check passed without one.",
+        "- Of your code, `draw`, `key_of`, `eager` ran (the dry run); your graphed side did not "
+        "run.",
+        "- On a GPU, 2 check(s) would still skip unless the factory gives there what the target "
+        "made for the CPU lacks:",
+        "  - bounded memory: needs `cache.reset`, `cache.capacity`",
+        "  - sampling: needs `sampler`",
+        "",
+    ]
+    everything = {"ran": ["draw", "key_of", "eager", "graphed"], "gpu_skips": {}}
+    assert conformance_on([], everything)[-3:-1] == [
+        "- Of your code, `draw`, `key_of`, `eager`, `graphed` ran (the dry run).",
+        "- The target made for the CPU gives what every check needs.",
+    ]
+    assert conformance_on([], None)[-2] == (
+        "- The dry run did not run: none of your code was called."
+    )
+
+
+def test_a_run_on_a_gpu_gives_no_cpu_account() -> None:
+    gpu = {"device": "cuda:0", "name": "NVIDIA H200", "total_bytes": 150_121_545_728}
+    lines = conformance_on([gpu], {"ran": ["draw", "key_of", "eager"], "gpu_skips": {}})
+    assert not any("Without a GPU" in line or "your code" in line for line in lines)
+    assert lines[-2].startswith("| parity | skipped |")
+
+
+def pinned(data: dict[str, object]) -> str:
+    [heading, _, line, _] = section("pinned_stack", data)
+    assert heading == "## Pinned stack"
+    return line
+
+
+def test_the_pinned_stack_says_what_was_pinned_and_what_it_meant() -> None:
+    """ "Pinned nothing; the running stack matches" said neither where nothing is pinned nor
+    what became of the pinned_stack tests."""
+    nothing = {"pinned": {}, "running_matches": True, "mismatches": [], "stack_mode": "pinned"}
+    assert pinned(nothing) == (
+        "No stack is pinned for the session (ini `cudagraph_pinned_stack`, "
+        "`--cudagraph-pinned-stack` or `PYTEST_CUDAGRAPH_PINNED_STACK`), so a `pinned_stack` "
+        "test ran only where its marker pins components itself and the running stack matches "
+        "them; one whose marker pins nothing skipped."
+    )
+    matching = {"pinned": {"python": ">=3", "torch": ">=2"}, "running_matches": True}
+    assert pinned(matching | {"mismatches": [], "stack_mode": "pinned"}) == (
+        "The session pins python>=3, torch>=2, and the running stack matches it, so "
+        "`pinned_stack` tests ran, but where a component their marker pins itself does not "
+        "match."
+    )
+    off = {"pinned": {"python": "~=3.10.0"}, "running_matches": False, "stack_mode": "pinned"}
+    off["mismatches"] = ["python 3.12.3 not ~=3.10.0"]
+    assert pinned(off) == (
+        "The session pins python~=3.10.0, and the running stack does not match it (python "
+        "3.12.3 not ~=3.10.0), so `pinned_stack` tests skipped, but where the components their "
+        "marker pins itself, in place of the session's, make a pin the running stack matches."
+    )
+    assert pinned(off | {"stack_mode": "any"}) == (
+        "The session pins python~=3.10.0, and the running stack does not match it (python "
+        "3.12.3 not ~=3.10.0), but the stack mode `any` (`--cudagraph-stack`) ran every "
+        "`pinned_stack` test whatever the stack."
+    )

@@ -18,7 +18,7 @@ import pytest
 from results_schema import assert_valid_results
 
 import pytest_cudagraph
-from pytest_cudagraph import results
+from pytest_cudagraph import results, settings
 
 # Each test runs pytest in a subprocess (the README's test command leaves it out).
 pytestmark = pytest.mark.slow
@@ -137,6 +137,7 @@ def test_results_hold_each_section_once(cpu_pytester: pytest.Pytester, xdist: li
     assert document["stack"]["torch"].startswith("2.")
     assert set(document["stack"]) >= {"python", "torch", "torch_cuda", "driver", "gpus"}
     assert document["pinned_stack"]["pinned"] == {}  # the plugin pins nothing by default
+    assert document["pinned_stack"]["stack_mode"] == "pinned"
     assert document["conformance"] is None
 
 
@@ -438,6 +439,8 @@ def test_the_schema_is_a_valid_schema_and_refuses_what_is_not_results() -> None:
         "jsonschema", reason="checking against the schema needs jsonschema (the test extra)"
     )
     jsonschema.Draft202012Validator.check_schema(results.schema())
+    stack_mode = results.schema()["properties"]["pinned_stack"]["properties"]["stack_mode"]
+    assert tuple(stack_mode["enum"]) == settings.STACK.choices
     row = {"check": "guards", "verdict": "passed", "seconds": 0.1, "figure": "4 of 4"}
     row |= {"reason": "", "values": {"refused": 4}}
     data = {

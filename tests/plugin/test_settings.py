@@ -280,7 +280,9 @@ def test_the_snapshot_holds_each_value_as_its_setting_parses_it(tmp_path) -> Non
         settings.CASE: "2",
         settings.MEMORY_BOUND: "1GiB",
         settings.JSON: str(tmp_path / "results.json"),
+        settings.EMULATE: "on",
         settings.TARGET: "reasyn",
+        settings.REPEAT: "3",
     }
     assert set(given) == set(settings.SETTINGS)
     config = GivenConfig({setting.dest: text for setting, text in given.items()})
@@ -296,7 +298,9 @@ def test_the_snapshot_holds_each_value_as_its_setting_parses_it(tmp_path) -> Non
         "case": 2,
         "memory_bound": 1024.0,
         "json": tmp_path / "results.json",
+        "emulate": "on",
         "target": "reasyn",
+        "repeat": 3,
     }
     assert isinstance(values["json"], Path)
     assert {snapshot[setting].source for setting in settings.SETTINGS} == {
@@ -316,7 +320,9 @@ def test_a_setting_without_a_default_is_none_and_one_with_a_default_is_parsed() 
         "case": None,
         "memory_bound": None,
         "json": None,
+        "emulate": "auto",
         "target": None,
+        "repeat": 1,
     }
     assert not snapshot.given()
 

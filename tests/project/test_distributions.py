@@ -101,7 +101,7 @@ def test_the_plugin_wheel_holds_the_plugin_alone(built: Path) -> None:
         registered = wheel.read(entry_points).decode()
     tops = {name.split("/", 1)[0] for name in names}
     assert {top for top in tops if not top.endswith(".dist-info")} == {"pytest_cudagraph"}
-    assert "pytest_cudagraph/conformance/test_01_parity.py" in names  # the suite ships
+    assert "pytest_cudagraph/conformance/checks/test_01_parity.py" in names  # the suite ships
     # The own-graphs examples ship too, runnable from the install (docs/own-graphs.md).
     assert "pytest_cudagraph/examples/graphed_layer_target.py" in names
     assert "pytest_cudagraph.targets" not in registered

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECKS = ROOT / "pytest_cudagraph" / "conformance"
+CHECKS = ROOT / "pytest_cudagraph" / "conformance" / "checks"
 TABLE = ROOT / "docs" / "conformance.md"
 
 # (row of the table, check module, constant, how the row says it)

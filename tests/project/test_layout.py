@@ -1,8 +1,10 @@
-"""The layout's rules, read from the source with ``ast`` (only the version is imported): each
-module sits in one wing and imports only the wings below it, never a private name of another
-module; the imports make no cycle; no two modules share a name; docs/architecture.md shows the
-wings as they are. And a fact repeated across the tree (the missing-GPU skip, bytes per MiB)
-has one home, and no page or module says when (an issue number, a round)."""
+"""The layout's rules, read from the source with ``ast`` (of ours, only the missing-GPU skip's
+reason is imported): each module sits in one wing and imports only the wings below it, never a
+private name of another module (a private module of the conformance wing may be imported); the
+legacy layer is imported by the package root alone; the imports make no cycle; no two modules
+share a name; the moved modules are gone; docs/architecture.md shows the wings as they are. And
+a fact repeated across the tree (the missing-GPU skip, bytes per MiB) has one home, and no page
+or module says when (an issue number, a round)."""
 
 from __future__ import annotations
 
@@ -13,68 +15,94 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
 
-import pytest_cudagraph
 from pytest_cudagraph.skips import NEEDS_CUDA
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("pytest_cudagraph", "reasyn_ref")
-# The deprecation aliases of the modules that moved: the one exemption from "no two modules with
-# one name", until the release that drops them.
-ALIASES = frozenset(
-    {"pytest_cudagraph.target", "pytest_cudagraph.adapters", "pytest_cudagraph.conformance.target"}
+# The layer of earlier releases' spellings: the package root imports it, by name, where it is.
+LEGACY = "pytest_cudagraph.conformance._legacy"
+# The modules that moved, whose old paths the legacy layer serves: none is a file any more.
+MOVED = (
+    "pytest_cudagraph/target.py",
+    "pytest_cudagraph/adapters.py",
+    "pytest_cudagraph/conformance/target.py",
+    *(
+        f"pytest_cudagraph/conformance/{room}.py"
+        for room in (
+            "protocol",
+            "adapters",
+            "loading",
+            "judging",
+            "witness",
+            "diagnosis",
+            "processes",
+            "progress",
+            "suite",
+            "legacy",
+            "catalog",
+        )
+    ),
 )
-ALIASES_UNTIL = Version("0.5.0")
 
 # Each module's wing, by the longest prefix of its dotted name that names one.
 WINGS = {
     "pytest_cudagraph": "package",  # the lazy public API and the version
-    "pytest_cudagraph.target": "aliases",
-    "pytest_cudagraph.adapters": "aliases",
-    "pytest_cudagraph.conformance.target": "aliases",
+    "pytest_cudagraph._lazy": "package",
     "pytest_cudagraph.engines": "engines",
     "pytest_cudagraph.plugin": "pytest layer",
     "pytest_cudagraph.settings": "pytest layer",
     "pytest_cudagraph.results": "pytest layer",
+    "pytest_cudagraph.records": "pytest layer",
+    "pytest_cudagraph.reasons": "pytest layer",
+    "pytest_cudagraph.sections": "pytest layer",
+    "pytest_cudagraph.hookspec": "pytest layer",
     "pytest_cudagraph.markers": "pytest layer",
     "pytest_cudagraph.skips": "pytest layer",
     "pytest_cudagraph.bench": "pytest layer",
     "pytest_cudagraph.conformance": "conformance door",
-    "pytest_cudagraph.conformance.protocol": "protocol",
-    "pytest_cudagraph.conformance.legacy": "protocol",
-    "pytest_cudagraph.conformance.adapters": "protocol",
-    "pytest_cudagraph.conformance.loading": "loading",
-    "pytest_cudagraph.conformance.judging": "judging",
-    "pytest_cudagraph.conformance.catalog": "judging",
-    "pytest_cudagraph.conformance.processes": "judging",
-    "pytest_cudagraph.conformance.witness": "judging",
-    "pytest_cudagraph.conformance.suite": "suite plugin",
+    "pytest_cudagraph.conformance._protocol": "protocol",
+    "pytest_cudagraph.conformance._validation": "protocol",
+    "pytest_cudagraph.conformance._adapters": "protocol",
+    "pytest_cudagraph.conformance._loading": "loading",
+    "pytest_cudagraph.conformance._judging": "judging",
+    "pytest_cudagraph.conformance._verdict": "judging",
+    "pytest_cudagraph.conformance._catalog": "judging",
+    "pytest_cudagraph.conformance._processes": "judging",
+    "pytest_cudagraph.conformance._witness": "judging",
+    "pytest_cudagraph.conformance._diagnosis": "judging",
+    "pytest_cudagraph.conformance._suite": "suite plugin",
     "pytest_cudagraph.conformance.conftest": "suite plugin",
-    "pytest_cudagraph.conformance.progress": "suite plugin",
-    "pytest_cudagraph.conformance.diagnosis": "judging",
+    "pytest_cudagraph.conformance._progress": "suite plugin",
+    "pytest_cudagraph.conformance.checks": "checks",  # the package; its modules by CHECKS
+    LEGACY: "legacy",
     "pytest_cudagraph.examples": "examples",
     "pytest_cudagraph.cli": "tools",
     "pytest_cudagraph.report_markdown": "tools",
     "reasyn_ref": "reference",
     "reasyn_ref.targets": "reference targets",
 }
-# The suite's checks, one module each: pytest_cudagraph/conformance/test_NN_name.py.
-CHECKS = re.compile(r"pytest_cudagraph\.conformance\.test_\d\d_\w+")
+# The suite's checks, one module each: pytest_cudagraph/conformance/checks/test_NN_name.py.
+CHECKS = re.compile(r"pytest_cudagraph\.conformance\.checks\.test_\d\d_\w+")
+# Packages that stand for themselves alone, not for the modules in them: each of those has a wing
+# of its own or none (a module of the checks' folder is a check, by CHECKS, or in no wing).
+ALONE = frozenset(
+    {"pytest_cudagraph", "pytest_cudagraph.conformance", "pytest_cudagraph.conformance.checks"}
+)
 CONFORMANCE = {"protocol", "loading", "judging", "suite plugin", "checks"}
 # The wings a wing may import (itself included).
 MAY_IMPORT = {
     "package": {"package"},
     "engines": {"engines"},
     "pytest layer": {"package", "engines", "pytest layer"},
-    "conformance door": {"conformance door"},
+    "conformance door": {"package", "conformance door"},
     "protocol": {"package", "engines", "protocol"},
     "loading": {"package", "engines", "protocol", "loading"},
     "judging": {"package", "engines", "pytest layer", "protocol", "loading", "judging"},
     "suite plugin": {"package", "engines", "pytest layer", *CONFORMANCE - {"checks"}},
     "checks": {"package", "engines", "pytest layer", *CONFORMANCE},
     "tools": {"package", "engines", "pytest layer", *CONFORMANCE, "tools"},
-    "aliases": {"engines", "protocol", "loading", "aliases"},
+    "legacy": {"package", "engines", "conformance door", "protocol", "loading", "legacy"},
     "examples": {"conformance door", "examples"},
     "reference": {"reference"},
     "reference targets": {
@@ -86,8 +114,9 @@ MAY_IMPORT = {
         "reference targets",
     },
 }
-# The wings that must work without pytest (what a target author imports, and the engines).
-NO_PYTEST = {"engines", "protocol"}
+# The wings that must work without pytest (what a target author imports, what every pytest
+# session imports with the package, and the engines).
+NO_PYTEST = {"package", "engines", "conformance door", "protocol", "legacy"}
 
 
 @dataclass
@@ -105,16 +134,15 @@ def module_name(path: Path) -> str:
 
 
 def wing_of(name: str) -> str:
-    """The wing of the longest key that is ``name`` or a package above it (the plugin's
-    package root stands for itself alone: its modules each have a wing)."""
+    """The wing of the longest key that is ``name`` or a package above it (a package of
+    ``ALONE`` stands for itself alone: a module in it is in a wing of its own, or in none)."""
     if CHECKS.fullmatch(name):
         return "checks"
-    keys = [
-        key for key in WINGS if name == key or (name.startswith(key + ".") and key != PACKAGES[0])
-    ]
-    if not keys:
+    keys = [key for key in WINGS if name == key or name.startswith(key + ".")]
+    key = max(keys, key=len, default=None)
+    if key is None or (key in ALONE and key != name):
         raise LookupError(f"{name} is in no wing: place it in WINGS and docs/architecture.md")
-    return WINGS[max(keys, key=len)]
+    return WINGS[key]
 
 
 def source_files() -> Iterator[Path]:
@@ -183,11 +211,10 @@ def parsed(sources: dict[str, tuple[str, bool]]) -> dict[str, Module]:
     return modules
 
 
-def shared_names(modules: dict[str, Module], version: str) -> dict[str, list[str]]:
-    exempt = ALIASES if Version(version) < ALIASES_UNTIL else frozenset()
+def shared_names(modules: dict[str, Module]) -> dict[str, list[str]]:
     seen: dict[str, list[str]] = {}
     for name, module in modules.items():
-        if not module.is_package and name not in exempt:
+        if not module.is_package:
             seen.setdefault(name.rsplit(".", 1)[-1], []).append(name)
     return {stem: names for stem, names in seen.items() if len(names) > 1}
 
@@ -251,7 +278,31 @@ def test_every_module_is_in_a_wing() -> None:
 
 
 def test_no_two_modules_share_a_name() -> None:
-    assert not shared_names(MODULES, pytest_cudagraph.__version__)
+    assert not shared_names(MODULES)
+
+
+def test_the_moved_modules_are_gone() -> None:
+    """Their old import paths are the legacy layer's (tests/conformance/test_legacy.py)."""
+    assert [path for path in MOVED if (ROOT / path).exists()] == []
+
+
+def importers_of(modules: dict[str, Module], target: str) -> list[str]:
+    return sorted(name for name, module in modules.items() if target in module.imports)
+
+
+def test_the_legacy_layer_is_imported_by_the_package_root_alone() -> None:
+    """No wing may import it and no module does: the root imports it by name, where it is, so
+    that deleting its module drops it with no other edit."""
+    assert [wing for wing, allowed in MAY_IMPORT.items() if "legacy" in allowed] == ["legacy"]
+    assert importers_of(MODULES, LEGACY) == []
+    root = (ROOT / "pytest_cudagraph" / "__init__.py").read_text()
+    assert f'"{LEGACY}"' in root
+    named = [
+        path.relative_to(ROOT).as_posix()
+        for path in source_files()
+        if LEGACY in path.read_text() and path.name != "_legacy.py"
+    ]
+    assert named == ["pytest_cudagraph/__init__.py"]
 
 
 def test_each_wing_imports_only_the_wings_below_it() -> None:
@@ -282,10 +333,17 @@ SAMPLE = {
         False,
     ),
     "pytest_cudagraph.settings": ("from .engines import parity\n", False),
-    "pytest_cudagraph.conformance": ("", True),
-    "pytest_cudagraph.conformance.suite": ("from ..engines import parity\n", False),
-    "pytest_cudagraph.conformance.target": ("", False),
-    "pytest_cudagraph.target": ("from pytest_cudagraph.conformance.target import *\n", False),
+    "pytest_cudagraph.conformance": ("from pytest_cudagraph._lazy import lazy_door\n", True),
+    "pytest_cudagraph._lazy": ("", False),
+    "pytest_cudagraph.conformance._suite": ("from ..engines import parity\n", False),
+    "pytest_cudagraph.conformance._protocol": (
+        "from pytest_cudagraph.conformance import _legacy\n",  # the layer is on top: upward
+        False,
+    ),
+    "pytest_cudagraph.conformance._legacy": (
+        "from pytest_cudagraph.conformance import _protocol\n",
+        False,
+    ),
     "reasyn_ref": ("", True),
     "reasyn_ref.settings": ("import pytest_cudagraph.settings\n", False),
 }
@@ -296,27 +354,36 @@ def test_the_rules_catch_what_they_are_for() -> None:
     assert modules["pytest_cudagraph.engines.parity"].imports == {
         "pytest_cudagraph.settings": False
     }
-    assert shared_names(modules, "0.4.9") == {
+    assert shared_names(modules) == {
         "settings": ["pytest_cudagraph.settings", "reasyn_ref.settings"]
     }
-    assert shared_names(modules, "0.5.0")["target"] == [
-        "pytest_cudagraph.conformance.target",
-        "pytest_cudagraph.target",
-    ]
-    assert wing_of("pytest_cudagraph.conformance.test_07_guards") == "checks"
-    assert wing_of("pytest_cudagraph.conformance.protocol") == "protocol"
+    assert wing_of("pytest_cudagraph.conformance.checks.test_07_guards") == "checks"
+    assert wing_of("pytest_cudagraph.conformance.checks") == "checks"
+    assert wing_of("pytest_cudagraph.conformance._protocol") == "protocol"
+    assert wing_of("pytest_cudagraph._lazy") == "package"
     assert upward_imports(modules) == [
         "pytest_cudagraph.engines.parity (engines) imports pytest_cudagraph.settings "
         "(pytest layer)",
+        "pytest_cudagraph.conformance._protocol (protocol) imports "
+        "pytest_cudagraph.conformance._legacy (legacy)",
         "reasyn_ref.settings (reference) imports pytest_cudagraph.settings (pytest layer)",
     ]
+    assert importers_of(modules, LEGACY) == ["pytest_cudagraph.conformance._protocol"]
     assert pytest_when_imported(modules) == ["pytest_cudagraph.engines.parity: line 2"]
     assert import_cycles(modules) == [
+        "pytest_cudagraph.conformance._legacy -> pytest_cudagraph.conformance._protocol "
+        "-> pytest_cudagraph.conformance._legacy",
         "pytest_cudagraph.engines.parity -> pytest_cudagraph.settings "
-        "-> pytest_cudagraph.engines.parity"
+        "-> pytest_cudagraph.engines.parity",
     ]
-    with pytest.raises(LookupError, match=r"pytest_cudagraph\.new is in no wing"):
-        wing_of("pytest_cudagraph.new")
+    for unplaced in (
+        "pytest_cudagraph.new",
+        "pytest_cudagraph.conformance._new_room",
+        "pytest_cudagraph.conformance.checks.helpers",
+        "pytest_cudagraph.conformance.test_07_guards",  # a check outside the checks' folder
+    ):
+        with pytest.raises(LookupError, match=rf"^{re.escape(unplaced)} is in no wing"):
+            wing_of(unplaced)
 
 
 # Private names
@@ -378,7 +445,9 @@ def private_uses_in(
             if owner is None:
                 continue
             module = ".".join([owner, *dotted.split(".")[1:]])
-            if module in known and module != importer:
+            # A private module of ours is no private name: the conformance wing's rooms are
+            # private modules that its other modules import.
+            if module in known and module != importer and f"{module}.{node.attr}" not in known:
                 yield f"{where}:{node.lineno}: {dotted}.{node.attr}"
 
 
@@ -398,12 +467,25 @@ def test_the_private_name_rule_sees_both_forms() -> None:
         "cache.LRU._items\n"  # a private of a class, not of the module: not this rule's
         "cache._hidden\n"
         "plugin.__name__\n"
+        # A private module of the conformance wing, imported or reached: allowed; a private
+        # name in it: not.
+        "from pytest_cudagraph.conformance import _loading\n"
+        "from pytest_cudagraph.conformance._catalog import declared_checks\n"
+        "import pytest_cudagraph.conformance._judging\n"
+        "_loading.explained\n"
+        "pytest_cudagraph.conformance._judging.numbered\n"
+        "_loading._import\n"
+        "pytest_cudagraph.conformance._judging._probed\n"
+        "from pytest_cudagraph.conformance._adapters import _sides\n"
     )
     found = private_uses_in(sample, "pytest_cudagraph.markers", True, first_party(), "sample")
     assert list(found) == [
         "sample:1: from pytest_cudagraph.settings import _resolve",
+        "sample:16: from pytest_cudagraph.conformance._adapters import _sides",
         "sample:5: plugin._RecordGatherer",
         "sample:7: cache._hidden",
+        "sample:14: _loading._import",
+        "sample:15: pytest_cudagraph.conformance._judging._probed",
     ]
 
 
@@ -440,7 +522,7 @@ def stated_imports(text: str) -> set[str]:
 
 
 # How the page names the checks' modules (CHECKS): one row, by pattern.
-CHECKS_SHOWN = "pytest_cudagraph.conformance.test_NN_name"
+CHECKS_SHOWN = "pytest_cudagraph.conformance.checks.test_NN_name"
 
 
 def test_the_wings_page_shows_each_wing_as_the_tree_and_the_rules_have_it() -> None:

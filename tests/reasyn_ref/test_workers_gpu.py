@@ -19,7 +19,7 @@ from reasyn_ref.sampler import ARSampler
 from reasyn_ref.workers import SampleJob, WorkerPool, run_sample_job
 
 pytestmark = [
-    needs_cuda,
+    *needs_cuda,
     pytest.mark.usefixtures("no_toggles_in_env"),
 ]
 needs_two_gpus = pytest.mark.skipif(

@@ -555,7 +555,7 @@ def test_the_realistic_run_meets_and_misses_forward_goals_at_their_worst_key(rep
 
 
 def test_the_worst_entry_decides_and_is_named(report_module):
-    fast, slow = ("reasyn", 12.0), ("reasyn-lean", 23.5)
+    fast, slow = ("reasyn", 8.5), ("reasyn-lean", 23.5)
     benchmarks = [
         entry(s + 3, bench="conformance_suite", target=t, suite_s=s, passed=80, skipped=0,
               failed=0)
@@ -566,6 +566,110 @@ def test_the_worst_entry_decides_and_is_named(report_module):
     assert (suite.figure, suite.worst_at, suite.verdict) == (23.5, "reasyn-lean", "missed")
     failures = results["conformance suite failures, every target"]
     assert (failures.figure, failures.verdict) == (0, "met")
+
+
+@pytest.mark.parametrize(("reasyn_s", "verdict"), [(10.0, "met"), (10.5, "missed")])
+def test_the_suite_is_held_to_ten_seconds_at_every_target(report_module, reasyn_s, verdict):
+    benchmarks = [
+        entry(s + 3, bench="conformance_suite", target=t, suite_s=s, passed=14, skipped=4,
+              failed=0)
+        for t, s in (("reasyn", reasyn_s), ("reasyn-lean", 9.0))
+    ]  # fmt: skip
+    rows = goal_rows(report_module.render_markdown(bench_json(benchmarks)))
+    row = rows["conformance suite, seconds as pytest counts them, every target"]
+    assert row[1:] == ["<= 10", f"{reasyn_s:.3f}", "reasyn", "-", verdict]
+
+
+COMPILED_GOAL = (
+    "conformance suite on the compiled decode-token example vs its own compile and capture"
+)
+EMULATION_GOAL = (
+    "conformance suite on the graphed-layer example, emulated vs its CPU dry run (paired)"
+)
+RECORDING_GOAL = "capture recorded vs unrecorded, exact graph, every key (paired)"
+DECODE_TOKEN = "pytest_cudagraph.examples.decode_token_target:make_target"
+GRAPHED_LAYER = "pytest_cudagraph.examples.graphed_layer_target:make_target"
+
+
+def baselined_benchmarks(suite_s: float, emulated_s: float, recorded: dict) -> list[dict]:
+    """The three benchmarks as tests/bench records them: the compiled example's suite against a
+    compile and capture of 20 s, the emulated suite against a dry run of 2 s (3 rounds), and
+    a recorded capture at each key of ``recorded`` (its seconds) against 10 ms unrecorded."""
+    benchmarks = [
+        entry(suite_s + 4, bench="compiled_example", target=DECODE_TOKEN, suite_s=suite_s,
+              compile_and_capture_s=20.0, vs_compile_and_capture=suite_s / 20.0, own_calls=3,
+              passed=20, skipped=3, failed=0),
+        entry(emulated_s + 3, bench="emulation", target=GRAPHED_LAYER, vs_dry_run=emulated_s / 2.0,
+              suite_s=emulated_s, dry_run_s=2.0, dry_run_wall_s=5.0, pairs=3, passed=14,
+              skipped=15, dry_run_passed=2),
+    ]  # fmt: skip
+    benchmarks += [
+        entry(seconds + 0.03, bench="recording", key=list(key), recording_overhead=seconds / 0.01,
+              recorded_capture_s=seconds, unrecorded_capture_s=0.01, recorded_ops=900,
+              recorded_reads=180, pairs=10)
+        for key, seconds in recorded.items()
+    ]  # fmt: skip
+    return benchmarks
+
+
+def test_the_baselined_table_gives_each_figure_and_its_two_sides(report_module):
+    recorded = {(8, 64): 0.012, (1, 64): 0.013}
+    markdown = report_module.render_markdown(bench_json(baselined_benchmarks(30.0, 5.0, recorded)))
+    assert table_rows(markdown, "Against their own baselines") == [
+        ["compiled_example", DECODE_TOKEN, "`vs_compile_and_capture`", "1.500x", "30.000",
+         "20.000", "1"],
+        ["emulation", GRAPHED_LAYER, "`vs_dry_run`", "2.500x", "5.000", "2.000", "3"],
+        ["recording", "(1, 64)", "`recording_overhead`", "1.300x", "0.013", "0.010", "10"],
+        ["recording", "(8, 64)", "`recording_overhead`", "1.200x", "0.012", "0.010", "10"],
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("suite_s", "emulated_s", "recorded_s", "verdicts"),
+    [
+        (40.0, 6.0, 0.015, ("met", "met", "met")),
+        (40.5, 6.2, 0.0151, ("missed", "missed", "missed")),
+    ],
+    ids=["on-the-thresholds", "past-them"],
+)
+def test_the_baselined_goals(report_module, suite_s, emulated_s, recorded_s, verdicts):
+    """2x the example's own compile and capture, 3x the dry run, 1.5x an unrecorded capture at
+    every key; the worst key decides."""
+    recorded = {key: 0.011 for key in report_module.FORWARD_KEYS}
+    recorded[(64, 128)] = recorded_s
+    run = baselined_benchmarks(suite_s, emulated_s, recorded)
+    rows = goal_rows(report_module.render_markdown(bench_json(run)))
+    for name, verdict in zip(
+        (COMPILED_GOAL, EMULATION_GOAL, RECORDING_GOAL), verdicts, strict=True
+    ):
+        assert rows[name][5] == verdict, name
+    assert rows[RECORDING_GOAL][3] == "(64, 128)"
+    assert rows[EMULATION_GOAL][2:4] == [f"{emulated_s / 2.0:.3f}", GRAPHED_LAYER]
+
+
+def test_recording_at_some_keys_leaves_its_goal_incomplete(report_module):
+    run = baselined_benchmarks(30.0, 5.0, {(1, 64): 0.011, (8, 64): 0.011})
+    results = report_module.judge_goals(report_module.load_entries(bench_json(run)))
+    recording = results[RECORDING_GOAL]
+    assert recording.verdict == "incomplete"
+    assert recording.unmeasured == ("(16, 128)", "(64, 128)", "(256, 512)")
+
+
+DOCS = SCRIPTS.parent / "docs" / "benchmarks.md"
+
+
+def test_the_docs_goals_table_is_the_scripts_goals(report_module):
+    """docs/benchmarks.md's table of goals names every goal of GOALS, each with its threshold:
+    a goal changed in one and not the other fails here."""
+    [table, *_] = tables(DOCS.read_text(), "Goals")
+    documented = {goal: (figure, threshold) for goal, figure, threshold in table}
+    assert list(documented) == list(report_module.GOALS)
+    for name, goal in report_module.GOALS.items():
+        figure, threshold = documented[name]
+        sign = ">=" if goal.at_least else "<="
+        assert threshold.split(" ")[:2] == [sign, f"{goal.threshold:g}"], name
+        # A median is the benchmark's own; every other figure is named as extra_info has it.
+        assert goal.figure == "median_s" or f"`{goal.figure}`" in figure, name
 
 
 def test_parity_goals_take_every_steps_check_and_its_worst(report_module):
@@ -611,8 +715,8 @@ def test_nothing_measured_says_so(report_module):
     markdown = report_module.render_markdown(bench_json([entry(1.0, unrelated=True)]))
     assert {row[5] for row in table_rows(markdown, "Goals")} == {"not measured"}
     # Three AR forward tables, sampler, incremental, KV step, efficiency, overhead,
-    # conformance.
-    assert markdown.count("(not measured in this run)") == 9
+    # conformance, against their own baselines.
+    assert markdown.count("(not measured in this run)") == 10
     assert "Fastest at" not in markdown
     assert "Not judged: no benchmarks of tests/bench in this run." in markdown
 

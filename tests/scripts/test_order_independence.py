@@ -19,7 +19,7 @@ from script_modules import script_module
 from pytest_cudagraph import results
 from pytest_cudagraph.results import Section, results_document
 
-CHECKS = Path(results.__file__).parent / "conformance"
+CHECKS = Path(results.__file__).parent / "conformance" / "checks"
 COMPLETE = results.session_end(pytest.ExitCode.OK, None)
 
 
@@ -67,7 +67,8 @@ def test_the_memory_values_are_read_from_the_row(script: ModuleType) -> None:
 
 
 def test_the_values_read_are_those_the_check_records(script: ModuleType) -> None:
-    """The names live in the check's record_figure call; the script must read those."""
+    """The names live in the values of the check's Judgement (the figure's named numbers);
+    the script must read those."""
     tree = ast.parse((CHECKS / "test_09_bounded_memory.py").read_text())
     [check] = [
         node
@@ -77,9 +78,20 @@ def test_the_values_read_are_those_the_check_records(script: ModuleType) -> None
     [call] = [
         node
         for node in ast.walk(check)
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "record_figure"
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Judgement"
     ]
-    assert set(script.SHOWN_VALUES) <= {keyword.arg for keyword in call.keywords}
+    given = [keyword.value for keyword in call.keywords if keyword.arg == "values"]
+    [values] = given or call.args[4:5]  # Judgement(problems, figure, judged, unit, values)
+    if isinstance(values, ast.Name):  # a dict the check built first
+        [values] = [
+            node.value
+            for node in ast.walk(check)
+            if isinstance(node, ast.Assign)
+            and any(getattr(name, "id", None) == values.id for name in node.targets)
+        ]
+    assert isinstance(values, ast.Dict)
+    recorded = {key.value for key in values.keys if isinstance(key, ast.Constant)}
+    assert set(script.SHOWN_VALUES) <= recorded
 
 
 def test_same_verdicts_and_close_figures_are_no_difference(script: ModuleType) -> None:
