@@ -387,7 +387,8 @@ def bring_together(target: CudaGraphTarget, sides: Sides) -> None:
         kind = every.get(path, "piece of state") if path is not None else "piece of state"
         more = f" (and {len(apart) - 1} more)" if len(apart) > 1 else ""
         raise AssertionError(
-            f"the two sides differ in what no call writes, a {kind}: "
+            f"the two sides differ in what no call writes, {'an' if kind[0] in 'aeiou' else 'a'} "
+            f"{kind}: "
             f"{apart[0].describe()}{more}. The eager side is the reference, and the suite never "
             "copies parameters, modes, flags or state no call writes into the graphed side: "
             "build it from the same weights, in the same mode"
