@@ -311,6 +311,10 @@ NEVER_COPIED = frozenset({"parameter", "mode", "flag"})
 # The longest episode found by calling the eager side until a call raises, where the target
 # declares no length (``State.episode_calls``).
 MOST_FOUND_EPISODE_CALLS = 64
+# The episode on a CUDA device where the target declares none: there a call past the state's
+# end (an index out of range) is a device-side assert, which fails every later CUDA call of
+# the process, so the suite never calls until one raises. 0.4.0's episodes were as long.
+UNDECLARED_CUDA_EPISODE_CALLS = 8
 
 
 @dataclass(frozen=True)
@@ -534,7 +538,7 @@ def _probed(target: CudaGraphTarget) -> Probe:
             "step writes (its modules, runner or tensors), not copies"
         )
     _require_a_reset_that_ends_state(target, model)
-    episode_calls, episode_from = _episode_length(target, model)
+    episode_calls, episode_from = episode_length(target, model)
     return Probe(frozenset(written), model, tuple(unfixed), episode_calls, episode_from)
 
 
@@ -619,15 +623,22 @@ def _require_a_reset_that_ends_state(target: CudaGraphTarget, model: StateModel)
         )
 
 
-def _episode_length(target: CudaGraphTarget, model: StateModel) -> tuple[int | None, str]:
+def episode_length(target: CudaGraphTarget, model: StateModel) -> tuple[int | None, str]:
     """How many calls an episode of accumulating state takes: the declared
     ``State.episode_calls``, or the calls of case 0 the eager side makes from a reset before
-    one raises (at most ``MOST_FOUND_EPISODE_CALLS``), the state reset again after."""
+    one raises (at most ``MOST_FOUND_EPISODE_CALLS``), the state reset again after; on a CUDA
+    device, undeclared, ``UNDECLARED_CUDA_EPISODE_CALLS``."""
     given = target.state
     if given is None or given.reset is None or not model.accumulating:
         return None, ""
     if given.episode_calls is not None:
         return given.episode_calls, "declared by State.episode_calls"
+    if target.device.type == "cuda":
+        return UNDECLARED_CUDA_EPISODE_CALLS, (
+            "not found on CUDA, where a call past the state's end is a device-side assert "
+            "that fails every later CUDA call; give State(episode_calls=...) to judge whole "
+            "episodes"
+        )
     inputs = draw(target, numbered(target, 0), seed=0)
     called("State.reset", given.reset)
     calls = 0

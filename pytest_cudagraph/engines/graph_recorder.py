@@ -266,9 +266,7 @@ class GraphRecorder:
         import torch
         from torch.utils._pytree import tree_leaves, tree_map_only
 
-        if self.device_type is not None and not any(
-            t.device.type == self.device_type for t in _tensors((args, kwargs))
-        ):
+        if self.device_type is not None and not _on_device(self.device_type, args, kwargs):
             return func(*args, **kwargs)
         if self.emulate:
             if self._error:
@@ -402,6 +400,18 @@ def _bytes_of(memory: torch.UntypedStorage) -> torch.Tensor:
     import torch
 
     return torch.empty(0, dtype=torch.uint8, device=memory.device).set_(memory)
+
+
+def _on_device(device_type: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether the op runs on ``device_type``: a tensor of its arguments is there, or it makes
+    its tensor there (a factory op, ``zeros`` or ``arange``, takes no tensor, only ``device=``),
+    so that what a capture allocates is known as its own, not taken for an input."""
+    import torch
+
+    if any(t.device.type == device_type for t in _tensors((args, kwargs))):
+        return True
+    device = kwargs.get("device")
+    return device is not None and torch.device(device).type == device_type
 
 
 def _tensors(value: object) -> list[torch.Tensor]:

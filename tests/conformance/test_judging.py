@@ -28,6 +28,7 @@ from pytest_cudagraph.conformance import (
 )
 from pytest_cudagraph.conformance._judging import (
     MOST_FOUND_EPISODE_CALLS,
+    UNDECLARED_CUDA_EPISODE_CALLS,
     Lockstep,
     bring_together,
     called,
@@ -36,6 +37,7 @@ from pytest_cudagraph.conformance._judging import (
     differences,
     draw,
     draws_random_numbers,
+    episode_length,
     eager_call,
     first_keys,
     graphed_call,
@@ -820,6 +822,38 @@ def test_an_episodes_length_is_found_calling_the_eager_side_until_it_raises(
     lockstep = Lockstep(target)
     for call in range(2 * min(positions, MOST_FOUND_EPISODE_CALLS) + 1):
         assert not lockstep.judge(lambda: slot_inputs(target), call, f"call {call}")
+
+
+def test_on_cuda_an_undeclared_episode_is_never_looked_for_past_the_states_end() -> None:
+    """There the call past the end is a device-side assert, which no except can catch and which
+    fails every later CUDA call: the probe takes 0.4.0's length and says how to give one."""
+    eager, graphed = Filling(3), Filling(3)
+    calls: list[int] = []
+    forward = eager.forward
+
+    def counted(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        calls.append(eager.position)
+        return forward(inputs)
+
+    eager.forward = counted  # type: ignore[method-assign]
+
+    def reset() -> None:
+        for side in (eager, graphed):
+            side.cache.zero_()
+            side.position = 0
+
+    on_cpu = stateful_target(
+        eager, graphed, state=State(sides=lambda: (eager, graphed), reset=reset)
+    )
+    found = probe(on_cpu)
+    assert found.episode_calls == 3  # where a call past the end raises, it is found
+    calls.clear()
+    on_cuda = dataclasses.replace(on_cpu, device=torch.device("cuda"))
+    length, source = episode_length(on_cuda, found.model)
+    assert length == UNDECLARED_CUDA_EPISODE_CALLS
+    assert source.startswith("not found on CUDA")
+    assert "State(episode_calls=...)" in source
+    assert calls == []  # not one call: none can tell where the end is without passing it
 
 
 def test_a_reset_that_ends_nothing_is_refused() -> None:

@@ -150,6 +150,26 @@ def test_a_device_filter_records_only_that_devices_ops() -> None:
     assert torch.equal(y, torch.full((2,), 2.0))
 
 
+def test_a_device_filter_knows_what_factory_ops_make_on_that_device_as_allocated() -> None:
+    # torch.zeros(..., device=...) takes no tensor: seen by its device alone, else a tensor the
+    # region makes with it and then writes would be taken for an input it did not allocate.
+    x = torch.ones(2, 4)
+    with GraphRecorder(device_type="cpu") as recorder:
+        mask = torch.zeros(2, 4, device="cpu")
+        mask.masked_fill_(x > 0, float("-inf"))
+        positions = torch.arange(4, device=torch.device("cpu"))
+        y = x + mask + positions
+    record = recorder.record
+    assert record is not None
+    assert [entry.shape for entry in record.external] == [(2, 4)]  # x alone
+    assert storage_of(record, x) == list(record.reads)
+    assert {id(entry) for entry in record.allocates} >= {
+        id(storage_of(record, mask)[0]),
+        id(storage_of(record, positions)[0]),
+    }
+    assert torch.isinf(y).all()
+
+
 def test_only_the_recording_thread_is_seen_and_only_it_may_stop() -> None:
     recorder = GraphRecorder()
     recorder.start()
