@@ -17,6 +17,7 @@ cudagraph-tree manager captures on its first (warm-up) call to hold its memory p
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from collections import Counter
@@ -24,6 +25,8 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
+from pathlib import Path
+from types import FrameType
 
 from pytest_cudagraph.engines.arguments import non_negative_number
 from pytest_cudagraph.engines.graph_api import Method, graph_class_with, patched
@@ -269,7 +272,11 @@ class CaptureCounter:
         with self._lock:
             follows_replay = key is not None and key in self._replayed_keys
         began = time.perf_counter()
-        if self.record and liveness_tracked(original, graph):
+        # A record of what a capture reads where its kernels reach the dispatcher: torch.compile's
+        # (triton's, on buffers from empty_strided_cuda) do not, and a part of the graph would
+        # take its buffers for inputs. The checks walk the graphed side for those instead.
+        recorded = self.record and not hasattr(graph, "record") and not by_compiled_code()
+        if recorded and liveness_tracked(original, graph):
             kwargs = {**kwargs, "check_input_liveness": True}
         try:
             result = original(graph, *args, **kwargs)
@@ -277,7 +284,7 @@ class CaptureCounter:
             self._started.pop(id(graph), None)
             raise
         recorder = None
-        if self.record and not hasattr(graph, "record"):  # an emulated graph records itself
+        if recorded:  # an emulated graph records itself
             recorder = GraphRecorder(device_type="cuda")
             recorder.start()
         self._started[id(graph)] = _Started(
@@ -328,6 +335,21 @@ class CaptureCounter:
             if index is not None:
                 self._captures[index] = _replayed(self._captures[index], call)
         return result
+
+
+# The module of torch.compile's cudagraph trees, which capture compiled code's graphs.
+COMPILED_CAPTURES = ("_inductor", "cudagraph_trees.py")
+
+
+def by_compiled_code() -> bool:
+    """Whether the capture beginning now is one of torch.compile's cudagraph trees (a frame of
+    their module is on the calling thread's stack)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if Path(frame.f_code.co_filename).parts[-2:] == COMPILED_CAPTURES:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def liveness_tracked(capture_begin: Method, graph: object) -> bool:

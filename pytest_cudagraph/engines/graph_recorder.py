@@ -16,6 +16,7 @@ other threads' ops; a CPU kernel that checks values on the host where CUDA's doe
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import weakref
@@ -189,6 +190,7 @@ class GraphRecorder:
 
     def _clear(self) -> None:
         self._thread = threading.get_ident()
+        self._collecting = False  # whether garbage collection was on when recording began
         self._error = ""
         self._ops: list[RecordedOp] = []
         self._storages: dict[int, RecordedStorage] = {}  # by id of the live storage
@@ -215,6 +217,13 @@ class GraphRecorder:
         self._clear()
         if self.emulate:
             self._keep_generator(torch.default_generator)
+        else:
+            # The bookkeeping allocates Python objects, enough to start a garbage collection
+            # inside a real capture, whose finalizers may call CUDA and so invalidate a capture
+            # in torch's default "global" mode (seen on an H200: make_graphed_callables). torch
+            # collects just before capture_begin; none runs until stop.
+            self._collecting = gc.isenabled()
+            gc.disable()
         self._mode = _recording_mode()()
         self._mode.recorder = self
         self._mode.__enter__()
@@ -230,6 +239,8 @@ class GraphRecorder:
         mode, self._mode = self._mode, None
         if self.emulate:
             _host_reads.exit()
+        elif self._collecting:
+            gc.enable()
         mode.__exit__(None, None, None)
         storages = [*self._reads.values(), *self._writes.values(), *self._allocates.values()]
         for storage in storages:

@@ -5,13 +5,19 @@ from __future__ import annotations
 import math
 import threading
 import time
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
 import torch
 from graph_stand_ins import StandInGraph
 
-from pytest_cudagraph.engines.captures import Capture, CaptureCounter, replays_to_repay
+from pytest_cudagraph.engines.captures import (
+    COMPILED_CAPTURES,
+    Capture,
+    CaptureCounter,
+    replays_to_repay,
+)
 
 
 class BaseGraph:
@@ -495,6 +501,25 @@ def test_a_recording_counter_keeps_what_an_emulated_capture_read() -> None:
         with torch.cuda.graph(graph):
             static * weight
     assert unrecorded.captures[0].record is None
+
+
+def test_compiled_codes_captures_are_not_recorded() -> None:
+    """torch.compile's kernels do not reach the dispatcher: a record of its captures would hold
+    part of the graph, its buffers taken for inputs. Known by torch's cudagraph trees on the
+    stack at capture_begin (here a function compiled as if from that module)."""
+    trees = {}
+    path = str(Path("torch", *COMPILED_CAPTURES))
+    exec(compile("def capture(graph):\n    graph.capture_begin()\n", path, "exec"), trees)
+    LivenessGraph.asked = []
+    with CaptureCounter(LivenessGraph, record=True) as counter:
+        for begin in (trees["capture"], LivenessGraph.capture_begin):
+            graph = LivenessGraph()
+            begin(graph)
+            torch.ones(2) + 1
+            graph.capture_end()
+    compiled, own = counter.captures
+    assert compiled.record is None and LivenessGraph.asked[0] is False
+    assert own.record is not None and LivenessGraph.asked[1] is True
 
 
 class LivenessGraph(StandInGraph):

@@ -170,6 +170,23 @@ def test_a_device_filter_knows_what_factory_ops_make_on_that_device_as_allocated
     assert torch.isinf(y).all()
 
 
+@pytest.mark.parametrize("collecting", [True, False])
+def test_no_garbage_collection_runs_while_a_real_capture_records(collecting: bool) -> None:
+    """A collection's finalizers may call CUDA, which invalidates a capture in torch's global
+    mode: off from start to stop, then as it was. An emulated capture calls no CUDA."""
+    was = gc.isenabled()
+    (gc.enable if collecting else gc.disable)()
+    try:
+        with GraphRecorder(device_type="cuda"):
+            during = gc.isenabled()
+        after = gc.isenabled()
+        with GraphRecorder(emulate=True):
+            emulated = gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert (during, after, emulated) == (False, collecting, collecting)
+
+
 def test_only_the_recording_thread_is_seen_and_only_it_may_stop() -> None:
     recorder = GraphRecorder()
     recorder.start()
