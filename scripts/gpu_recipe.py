@@ -144,28 +144,23 @@ def _example(name: str) -> str:
     return f"pytest_cudagraph.examples.{name}_target:make_target"
 
 
-# One suite run on each target as the last run measured it (reports/gpu-h200.md: its
-# conformance step, beside 10 other steps on the H200 host; the hand-written example as
-# foreign:make_target): the conformance steps' plan, and what the stability and emulation steps'
-# runs add up to.
+# One suite run on each target as the last run measured it (reports/gpu-h200.md, at 73b98cc:
+# its conformance step, beside 15 other steps on the H200 host; the stateful decoder as its
+# re-run took, the first having stopped at its first error): the conformance steps' plan.
 RUN_S = {
-    "reasyn": 132,
-    "reasyn-kv": 96,
-    "reasyn-lean": 109,
-    _example("bucket_runner"): 22,
-    _example("decode_step"): 48,
-    _example("decode_token"): 46,
-    _example("graphed_layer"): 27,
-    _example("hand_written"): 28,
-    _example("hf_static_cache"): 63,
-    _example("piecewise_runner"): 25,
-    _example("stateful_decoder"): 25,  # estimate: not run on a GPU yet; as small as piecewise
-    "foreign:make_target": 28,
-    "my_graphs:make_target": 22,
+    "reasyn": 77,
+    "reasyn-kv": 46,
+    "reasyn-lean": 61,
+    _example("bucket_runner"): 11,
+    _example("decode_step"): 35,
+    _example("decode_token"): 32,
+    _example("graphed_layer"): 14,
+    _example("hf_static_cache"): 62,
+    _example("piecewise_runner"): 12,
+    _example("stateful_decoder"): 12,
+    "foreign:make_target": 13,
+    "my_graphs:make_target": 11,
 }
-# A suite run on a broken twin of tests/conformance (estimate: a twin is an example or reasyn
-# wrong in one way, and most are the examples': the mean of the last run's conformance steps).
-TWIN_RUN_S = 56
 # The twins the emulation step compares: every factory of tests/conformance/broken_*targets.py.
 TWINS_DIR = "tests/conformance"
 # The project's tests that need CUDA (pytest_cudagraph.skips.needs_cuda gives the marker): the
@@ -193,20 +188,10 @@ STABILITY_TARGETS = (*REASYN_TARGETS, *EXAMPLES)
 STABILITY_RUNS = 5
 STABILITY_JOBS = 16
 EMULATION_JOBS = 16
-# Emulation: the same correct targets and every twin, on the GPU and emulated on the CPU. An
-# emulated run took 5.7 s on average on a 2-core CPU machine (47 runs, 134 s on 2 jobs).
+# Emulation: the same correct targets and every twin, on the GPU and emulated on the CPU.
 EMULATION_TARGETS = STABILITY_TARGETS
-EMULATED_RUN_S = 6
 # The worker-processes check runs with graphs off, so emulation cannot change its verdict.
 NOT_WORKER_PROCESSES = ("-k", "not worker_processes")
-
-
-def side_by_side_s(seconds: Sequence[int], jobs: int) -> int:
-    """When the last of runs taking ``seconds`` ends, ``jobs`` at a time in this order."""
-    ends = [0] * jobs
-    for run_s in seconds:
-        heapq.heapreplace(ends, ends[0] + run_s)
-    return max(ends)
 
 
 def _pytest(*args: str) -> tuple[str, ...]:
@@ -221,10 +206,7 @@ def plan(out: Path, gpus: int, knobs: Mapping[str, str]) -> list[Step]:
     """The recipe's steps for a host with ``gpus`` GPUs, given the knobs set (TEST_ARGS,
     SKIP_BENCH, BENCH_COMPARE, BENCH_ARGS)."""
     test_args = tuple(knobs.get("TEST_ARGS", "").split())
-    stability_runs = [RUN_S[t] for t in STABILITY_TARGETS for _ in range(STABILITY_RUNS)]
     twin_count = len(twins(ROOT / TWINS_DIR))
-    on_gpu = [RUN_S[t] for t in EMULATION_TARGETS] + [TWIN_RUN_S] * twin_count
-    emulation_runs = on_gpu + [EMULATED_RUN_S] * len(on_gpu)
     steps = []
     if knobs.get("SKIP_BENCH") != "1":
         compare: tuple[str, ...] = ()
@@ -260,23 +242,21 @@ def plan(out: Path, gpus: int, knobs: Mapping[str, str]) -> list[Step]:
                 "2",
                 *test_args,
             ),
-            60,
-            "estimate: 45 GPU tests at the 0.7 s a test took on a worker last run (169 s for "
-            "754 tests on 3), on 2 workers; start-up and a compile or two",
+            55,
+            "the last run: 44 passed, 1 skipped",
         ),
         Step(
             "tests-reasyn-ref",
             _pytest("tests/reasyn_ref", *GPU_TESTS, "-n", "3", *test_args),
-            90,
-            "estimate: 59 GPU tests at the 1.5 s a test took on a worker last run (353 s for "
-            "690 on 3), on 3 workers; start-up, spawned workers, a compile of the KV blocks",
+            59,
+            "the last run: 56 passed, 3 skipped",
         ),
         Step(
             "tests-conformance",
             _pytest("tests/conformance", *GPU_TESTS, "-n", "8", "--dist", "worksteal", *test_args),
-            side_by_side_s([TWIN_RUN_S] * 59, 8),
-            f"estimate: 59 GPU tests, each a suite run on a twin or an example ({TWIN_RUN_S} s), "
-            "on 8 workers",
+            282,
+            "the last run: 60 tests, 29 of them failed (a failing suite run may end sooner than "
+            "a passing one)",
         ),
         Step(
             "order-reasyn",
@@ -293,8 +273,8 @@ def plan(out: Path, gpus: int, knobs: Mapping[str, str]) -> list[Step]:
                 "-p",
                 "randomly",
             ),
-            405,
-            "the last run: 25 of its 29 checks alone in 349 s (cut by its limit), scaled to 29",
+            181,
+            "the last run: 29 of 29 checks alone and in the full suite",
             needs_module="pytest_randomly",
         ),
         Step(
@@ -311,9 +291,8 @@ def plan(out: Path, gpus: int, knobs: Mapping[str, str]) -> list[Step]:
                 str(out / "stability.md"),
                 *STABILITY_TARGETS,
             ),
-            side_by_side_s(stability_runs, STABILITY_JOBS),
-            f"{STABILITY_RUNS} runs of each of {len(STABILITY_TARGETS)} targets, each as long as "
-            f"its conformance step last run ({sum(stability_runs)} s in all), "
+            192,
+            f"the last run: {STABILITY_RUNS} runs of each of {len(STABILITY_TARGETS)} targets, "
             f"{STABILITY_JOBS} at a time",
             needs_module="transformers",
         ),
@@ -333,10 +312,9 @@ def plan(out: Path, gpus: int, knobs: Mapping[str, str]) -> list[Step]:
                 "--",
                 *NOT_WORKER_PROCESSES,
             ),
-            side_by_side_s(emulation_runs, EMULATION_JOBS),
-            f"{len(EMULATION_TARGETS)} correct targets (as long as their conformance steps last "
-            f"run) and {twin_count} twins ({TWIN_RUN_S} s) on the GPU, and each emulated on the "
-            f"CPU ({EMULATED_RUN_S} s, measured on a CPU machine), {EMULATION_JOBS} at a time",
+            209,
+            f"the last run: {len(EMULATION_TARGETS)} correct targets and {twin_count} twins on the GPU and "
+            f"emulated, {EMULATION_JOBS} at a time",
             pythonpath=TWINS_DIR,
             needs_module="transformers",
         ),
@@ -345,7 +323,7 @@ def plan(out: Path, gpus: int, knobs: Mapping[str, str]) -> list[Step]:
                 name,
                 _suite(target),
                 RUN_S[target],
-                "the last run, beside 10 other steps",
+                "the last run, beside 15 other steps",
                 pythonpath=path,
                 needs_module=module,
             )

@@ -143,10 +143,7 @@ def test_stability_runs_reasyn_and_every_example_five_times() -> None:
     assert step.args[0] == "scripts/stability_report.py"
     assert list(step.args[-len(targets) :]) == targets
     assert step.args[1:3] == ("--runs", "5")
-    # Its plan: each target's runs as long as its conformance step last run, as many at once as
-    # it has cores: no sooner than all of them spread evenly, no later than one more run.
-    runs = [gpu_recipe.RUN_S[target] for target in targets] * 5
-    assert sum(runs) / step.cores <= step.planned_s <= sum(runs) / step.cores + max(runs)
+    assert step.cores == 16  # every core of the H200 host busy
 
 
 def test_emulation_compares_the_correct_targets_and_every_broken_twin(tmp_path: Path) -> None:
@@ -160,15 +157,6 @@ def test_emulation_compares_the_correct_targets_and_every_broken_twin(tmp_path: 
     assert list(step.args[twins_at + 2 : split]) == correct
     assert step.args[split + 1 :] == ("-k", "not worker_processes")
     assert {"--out", str(tmp_path / "emulation"), "--report"} <= set(step.args)
-    runs = len(correct) + len(gpu_recipe.twins(ROOT / "tests/conformance"))
-    gpu_half = runs * min(gpu_recipe.RUN_S.values()) / step.cores
-    assert step.planned_s >= gpu_half + runs * gpu_recipe.EMULATED_RUN_S / step.cores
-
-
-def test_runs_side_by_side_end_when_the_busiest_job_does() -> None:
-    assert gpu_recipe.side_by_side_s([3, 3, 3], 2) == 6
-    assert gpu_recipe.side_by_side_s([5, 1, 1, 1], 2) == 5
-    assert gpu_recipe.side_by_side_s([4], 16) == 4
 
 
 def test_jobs_limits_the_steps_at_once() -> None:
