@@ -792,10 +792,8 @@ class Filling(Total):
         return self.cache.sum().reshape(1)
 
 
-@pytest.mark.parametrize("positions", [5, 16, MOST_FOUND_EPISODE_CALLS + 6])
-def test_an_episodes_length_is_found_calling_the_eager_side_until_it_raises(
-    positions: int,
-) -> None:
+def filling_target(positions: int) -> tuple[CudaGraphTarget, Filling, Filling]:
+    """A stateful target whose two sides are ``Filling(positions)``, and the sides."""
     eager, graphed = Filling(positions), Filling(positions)
 
     def reset() -> None:
@@ -803,9 +801,15 @@ def test_an_episodes_length_is_found_calling_the_eager_side_until_it_raises(
             side.cache.zero_()
             side.position = 0
 
-    target = stateful_target(
-        eager, graphed, state=State(sides=lambda: (eager, graphed), reset=reset)
-    )
+    state = State(sides=lambda: (eager, graphed), reset=reset)
+    return stateful_target(eager, graphed, state=state), eager, graphed
+
+
+@pytest.mark.parametrize("positions", [5, 16, MOST_FOUND_EPISODE_CALLS + 6])
+def test_an_episodes_length_is_found_calling_the_eager_side_until_it_raises(
+    positions: int,
+) -> None:
+    target, eager, graphed = filling_target(positions)
     found = probe(target)
     if positions > MOST_FOUND_EPISODE_CALLS:
         assert found.episode_calls == MOST_FOUND_EPISODE_CALLS
@@ -827,7 +831,7 @@ def test_an_episodes_length_is_found_calling_the_eager_side_until_it_raises(
 def test_on_cuda_an_undeclared_episode_is_never_looked_for_past_the_states_end() -> None:
     """There the call past the end is a device-side assert, which no except can catch and which
     fails every later CUDA call: the probe takes 0.4.0's length and says how to give one."""
-    eager, graphed = Filling(3), Filling(3)
+    on_cpu, eager, _ = filling_target(3)
     calls: list[int] = []
     forward = eager.forward
 
@@ -836,15 +840,6 @@ def test_on_cuda_an_undeclared_episode_is_never_looked_for_past_the_states_end()
         return forward(inputs)
 
     eager.forward = counted  # type: ignore[method-assign]
-
-    def reset() -> None:
-        for side in (eager, graphed):
-            side.cache.zero_()
-            side.position = 0
-
-    on_cpu = stateful_target(
-        eager, graphed, state=State(sides=lambda: (eager, graphed), reset=reset)
-    )
     found = probe(on_cpu)
     assert found.episode_calls == 3  # where a call past the end raises, it is found
     calls.clear()
