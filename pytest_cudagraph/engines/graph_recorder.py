@@ -217,6 +217,11 @@ class GraphRecorder:
         self._clear()
         if self.emulate:
             self._keep_generator(torch.default_generator)
+        self._mode = _recording_mode()()
+        self._mode.recorder = self
+        self._mode.__enter__()
+        if self.emulate:  # host reads of a CPU tensor dispatch nothing: seen as method calls
+            _host_reads.enter(self)
         else:
             # The bookkeeping allocates Python objects, enough to start a garbage collection
             # inside a real capture, whose finalizers may call CUDA and so invalidate a capture
@@ -224,11 +229,6 @@ class GraphRecorder:
             # collects just before capture_begin; none runs until stop.
             self._collecting = gc.isenabled()
             gc.disable()
-        self._mode = _recording_mode()()
-        self._mode.recorder = self
-        self._mode.__enter__()
-        if self.emulate:  # host reads of a CPU tensor dispatch nothing: seen as method calls
-            _host_reads.enter(self)
 
     def stop(self) -> CaptureRecord:
         """Stop recording (in the thread that started), and return the record."""
