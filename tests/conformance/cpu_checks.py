@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from graph_stand_ins import StandInGraph
-from torch import Tensor
+from torch import Tensor, nn
 
 from pytest_cudagraph.conformance import Case, CudaGraphTarget
 from pytest_cudagraph.conformance._judging import called, in_step
@@ -36,6 +36,18 @@ def draw(generator: torch.Generator, case: Case) -> dict[str, Tensor]:
 
 def double(inputs: dict[str, Tensor]) -> Tensor:
     return inputs["x"] * 2
+
+
+class RunningTotal(nn.Module):
+    """A step that adds each batch into a running total it answers with: accumulating state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("total", torch.zeros(4))
+
+    def forward(self, inputs: dict[str, Tensor]) -> Tensor:
+        self.total += inputs["x"].sum(0)
+        return self.total + inputs["x"]
 
 
 def rows(inputs: dict[str, Tensor]) -> int:

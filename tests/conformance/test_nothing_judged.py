@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cpu_checks import KEYS, cpu_target, double, reported, rows, run
+from cpu_checks import KEYS, RunningTotal, cpu_target, double, reported, rows, run
 from graph_stand_ins import StandInGraph, StandInGraphs, captured
-from torch import Tensor, nn
+from torch import Tensor
 
 from pytest_cudagraph.conformance import Cache, CudaGraphTarget, Fallbacks, State
 from pytest_cudagraph.conformance.checks import (
@@ -101,18 +101,6 @@ def test_no_rebound_tensors_skips_where_nothing_could_be_rebound_and_fails_witho
 
 
 # State isolation and reset: a reset that resets nothing
-
-
-class RunningTotal(nn.Module):
-    """A step that adds each batch into a running total it answers with: accumulating state."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.register_buffer("total", torch.zeros(4))
-
-    def forward(self, inputs: dict[str, Tensor]) -> Tensor:
-        self.total += inputs["x"].sum(0)
-        return self.total + inputs["x"]
 
 
 def totals(resets: bool) -> CudaGraphTarget:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from cpu_checks import KEYS, cpu_target, reported, rows, run
+from cpu_checks import KEYS, RunningTotal, cpu_target, reported, rows, run
 from graph_stand_ins import StandInGraph, StandInGraphs, captured
 from torch import Tensor, nn
 
@@ -173,16 +173,6 @@ def test_every_check_keeps_a_kv_decoder_inside_its_sixteen_call_episodes() -> No
 
 
 # Side isolation with only a reset
-
-
-class RunningTotal(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.register_buffer("total", torch.zeros(4))
-
-    def forward(self, inputs: dict[str, Tensor]) -> Tensor:
-        self.total += inputs["x"].sum(0)
-        return self.total + inputs["x"]
 
 
 def test_side_isolation_passes_a_correct_accumulating_target_giving_only_a_reset() -> None:
